@@ -1,0 +1,169 @@
+/*
+ * Block layer internals: the driver table and the node structure.
+ *
+ * A driver is one file that ends with a designated-initializer
+ * `const BlockDriver bdrv_xxx = { ... };`, one line in the registry array of
+ * block/block.c and one line in block/meson.build.  Drivers never split,
+ * align or clamp requests: block/io.c does that for all of them and
+ * guarantees the preconditions written on each member below.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_BLOCK_INT_H
+#define BLOCK_BLOCK_INT_H
+
+#include "block/block.h"
+
+/* Limits a driver publishes in refresh_limits(); io.c honours them. */
+typedef struct BlockLimits {
+    /*
+     * Every request offset and length is a multiple of this (a power of 2),
+     * except that a request may end exactly at the end of the image.
+     * Default 1.
+     */
+    uint32_t request_alignment;
+
+    /* Buffers handed to aio_preadv/aio_pwritev are aligned to this.
+     * Default 1. */
+    uint32_t min_mem_alignment;
+
+    /* Largest read or write; a multiple of request_alignment.
+     * 0 = io.c's default (1 GiB). */
+    int64_t max_transfer;
+
+    /* Largest write-zeroes / discard.  0 = io.c's default (1 GiB). */
+    int64_t max_pwrite_zeroes;
+    int64_t max_pdiscard;
+
+    /* Preferred request size, informational.  0 = none. */
+    int64_t opt_transfer;
+} BlockLimits;
+
+struct BlockDriver {
+    /* Name used by -f/-O and shown by `info` ("raw", "null", ...). */
+    const char *format_name;
+
+    /* Size of the driver state, zero-allocated as bs->opaque. */
+    size_t instance_size;
+
+    /*
+     * Optional.  Score how likely it is that a file starting with @buf
+     * (@buf_size bytes, possibly fewer than 512 for tiny files) is in this
+     * format: 0 = no, 100 = certain.  Raw answers 1.
+     */
+    int (*probe)(const uint8_t *buf, int buf_size, const char *filename);
+
+    /*
+     * Optional.  Does @spec name an image of this driver by its syntax
+     * ("null:...", "nbd://...")?  Such specs never reach probing.
+     */
+    bool (*recognize_spec)(const char *spec);
+
+    /*
+     * Open @spec into @bs (bs->opaque is allocated and zeroed).  May block.
+     * @flags is BDRV_O_*.  Remove each understood key from @options (never
+     * NULL here); block.c fails the open on keys left over.  Returns false
+     * with @errp set on failure, having released everything it took.
+     */
+    bool (*open)(BlockDriverState *bs, const char *spec, int flags,
+                 GHashTable *options, GError **errp);
+
+    /* Release everything open() took.  No request is in flight. */
+    void (*close)(BlockDriverState *bs);
+
+    /*
+     * Optional.  Create an image of @size bytes at @filename, truncating an
+     * existing file; remove understood keys from @options.  May block.
+     */
+    bool (*create)(const char *filename, int64_t size, GHashTable *options,
+                   GError **errp);
+
+    /* Current length in bytes, or -errno.  May block; called at open. */
+    int64_t (*get_length)(BlockDriverState *bs);
+
+    /* Optional.  Fill in the driver's limits; @bl starts at the defaults. */
+    void (*refresh_limits)(BlockDriverState *bs, BlockLimits *bl);
+
+    /* Optional.  Format details for `info`; may block. */
+    bool (*get_info)(BlockDriverState *bs, BlockImageInfo *info,
+                     GError **errp);
+
+    /*
+     * Data path.  None of these may block the calling thread, and @cb must
+     * run exactly once, later, on the main context that submitted the
+     * request (never before the call returns).  io.c guarantees for every
+     * call: 0 < @bytes; @offset and @bytes are multiples of
+     * bl.request_alignment, except that @offset + @bytes may equal the
+     * image length; [@offset, @offset + @bytes) lies inside the image;
+     * @bytes <= bl.max_transfer (reads, writes) or bl.max_pwrite_zeroes /
+     * bl.max_pdiscard; @buf is aligned to bl.min_mem_alignment.
+     */
+
+    /* Read into @buf; a short read is the driver's to finish or to fail. */
+    void (*aio_preadv)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf, BdrvRequestFlags flags,
+                       BlockCompletionFunc *cb, void *opaque);
+
+    /* Write @buf; flags may contain BDRV_REQ_FUA. */
+    void (*aio_pwritev)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags,
+                        BlockCompletionFunc *cb, void *opaque);
+
+    /*
+     * Optional.  Make the range read as zero.  May return -ENOTSUP through
+     * @cb, and must when BDRV_REQ_NO_FALLBACK is set and zeroing would be
+     * slow; io.c then falls back to writing zero buffers (unless the caller
+     * asked for NO_FALLBACK).  NULL behaves as always -ENOTSUP.
+     */
+    void (*aio_pwrite_zeroes)(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, BdrvRequestFlags flags,
+                              BlockCompletionFunc *cb, void *opaque);
+
+    /* Optional.  Deallocate the range (advisory).  NULL = no-op. */
+    void (*aio_pdiscard)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                         BlockCompletionFunc *cb, void *opaque);
+
+    /* Optional.  Make completed writes durable.  NULL = nothing to do. */
+    void (*aio_flush)(BlockDriverState *bs, BlockCompletionFunc *cb,
+                      void *opaque);
+
+    /*
+     * Optional.  Append to @extents (GArray of BlockExtent) at least one
+     * extent describing [@offset, ...); extents must be contiguous, start
+     * at @offset and end at or before @offset + @bytes.  Here @offset and
+     * @bytes need not be aligned.  NULL = all allocated data.
+     */
+    void (*aio_block_status)(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, GArray *extents,
+                             BlockCompletionFunc *cb, void *opaque);
+};
+
+struct BlockDriverState {
+    const BlockDriver *drv;
+    void *opaque;            /* driver state, drv->instance_size bytes */
+    char *filename;          /* the spec we were opened with */
+    int open_flags;          /* BDRV_O_* */
+    int refcnt;
+    int64_t total_bytes;     /* length, cached at open */
+    bool zero_init;          /* known to read as all zeroes */
+    BlockLimits bl;
+    int64_t max_io;          /* extra cap on data requests (0 = none) */
+
+    /* block/io.c bookkeeping */
+    uint64_t in_flight;      /* requests submitted and not completed */
+    GQueue tracked;          /* BdrvRequest in flight, for serialisation */
+    GQueue waiting;          /* BdrvRequest waiting on an overlap */
+    void *zero_buffer;       /* aligned zeroes for the write fallback */
+    int64_t zero_buffer_size;
+};
+
+/* Driver tables, listed in block.c's registry. */
+extern const BlockDriver bdrv_raw;
+extern const BlockDriver bdrv_null;
+
+/* Schedule @cb(@opaque, @ret) on the current thread-default main context:
+ * for drivers that finish without waiting for anything. */
+void bdrv_complete_later(BlockCompletionFunc *cb, void *opaque, int ret);
+
+#endif /* BLOCK_BLOCK_INT_H */

@@ -1,0 +1,218 @@
+/*
+ * Block layer: the public API of block nodes.
+ *
+ * A BlockDriverState (a "node") is one opened image: a raw file, a qcow2-lite
+ * image, an NBD export or the null test double.  Users open nodes by filename
+ * or spec, then issue asynchronous requests through block/io.c; every
+ * completion runs later, on the thread-default GMainContext of the caller.
+ *
+ * Control-path functions (open, create, close) may block and report failure
+ * through GError.  Data-path functions never block and report 0 or -errno to
+ * their completion callback.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_BLOCK_H
+#define BLOCK_BLOCK_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct BlockDriver BlockDriver;
+typedef struct BlockDriverState BlockDriverState;
+
+/*
+ * Completion of an asynchronous request.  @ret is 0 on success or a negative
+ * errno.  It runs exactly once per request, never from inside the call that
+ * submitted the request, always on the submitter's main context.
+ */
+typedef void BlockCompletionFunc(void *opaque, int ret);
+
+/* Flags for bdrv_open() */
+enum {
+    BDRV_O_RDWR     = 0x0001, /* open for writing (default: read-only) */
+    BDRV_O_NOCACHE  = 0x0002, /* bypass the host page cache (cache=none) */
+    BDRV_O_NO_PROBE = 0x0004, /* never guess the format: raw unless told */
+};
+
+/* Flags of a single request */
+typedef enum BdrvRequestFlags {
+    BDRV_REQ_FUA         = 0x1, /* write: durable when the completion runs */
+    BDRV_REQ_MAY_UNMAP   = 0x2, /* write-zeroes: may deallocate the range */
+    BDRV_REQ_NO_FALLBACK = 0x4, /* write-zeroes: fail with -ENOTSUP rather
+                                 * than write zero buffers (fast zero) */
+} BdrvRequestFlags;
+
+/* Block status of an extent (BlockExtent.flags) */
+enum {
+    BDRV_BLOCK_DATA         = 0x01, /* reads come from stored data */
+    BDRV_BLOCK_ZERO         = 0x02, /* reads return zeroes */
+    BDRV_BLOCK_ALLOCATED    = 0x04, /* the content is defined at @depth */
+    BDRV_BLOCK_OFFSET_VALID = 0x08, /* @host_offset is meaningful */
+    BDRV_BLOCK_COMPRESSED   = 0x10, /* stored compressed (no host offset) */
+};
+
+/* One extent of a block status answer. */
+typedef struct BlockExtent {
+    int64_t offset;      /* guest offset of the extent */
+    int64_t length;      /* bytes, > 0 */
+    unsigned flags;      /* BDRV_BLOCK_* */
+    int depth;           /* 0: this image; n: n-th backing file */
+    int64_t host_offset; /* where the data lives, if OFFSET_VALID */
+} BlockExtent;
+
+/* What `info` shows about an image; strings owned by the struct. */
+typedef struct BlockImageInfo {
+    const char *format;          /* driver name */
+    int64_t virtual_size;
+    int64_t actual_size;         /* bytes allocated on the host, -1 unknown */
+    int64_t cluster_size;        /* 0 when the format has none */
+    char *backing_file;          /* or NULL */
+    char *backing_format;        /* or NULL */
+    GPtrArray *specific;         /* "key: value" strings, or NULL */
+} BlockImageInfo;
+
+void bdrv_image_info_clear(BlockImageInfo *info);
+
+/*
+ * Open @spec as a node.  @spec is a filename, or a driver spec such as
+ * "null:size=1M,latency-ns=1000".  @format names the driver ("raw", "null",
+ * ...) and overrides probing; NULL probes the file's first bytes.  @options
+ * (string -> string, may be NULL) passes driver options; each driver removes
+ * the keys it understands, and any key left over is an error.
+ *
+ * Returns a node with one reference, or NULL with @errp set.
+ */
+BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
+                            GHashTable *options, GError **errp);
+
+/* Add a reference to @bs. */
+BlockDriverState *bdrv_ref(BlockDriverState *bs);
+
+/*
+ * Drop a reference; the last one closes the node.  The caller guarantees no
+ * request is in flight on @bs.  NULL is ignored.
+ */
+void bdrv_unref(BlockDriverState *bs);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(BlockDriverState, bdrv_unref)
+
+/*
+ * Create a new image of @size bytes at @filename with the driver @format.
+ * @options (may be NULL) holds creation options such as "preallocation";
+ * unknown ones are an error.  An existing file is truncated, as qemu-img
+ * create does.
+ */
+bool bdrv_create(const char *format, const char *filename, int64_t size,
+                 GHashTable *options, GError **errp);
+
+/* Is @format the name of a registered driver? */
+bool bdrv_find_format(const char *format);
+
+/* The driver name of @bs ("raw", "null", ...). */
+const char *bdrv_get_format_name(BlockDriverState *bs);
+
+/* The spec @bs was opened with. */
+const char *bdrv_get_filename(BlockDriverState *bs);
+
+/* Length in bytes (cached at open). */
+int64_t bdrv_getlength(BlockDriverState *bs);
+
+/* Was @bs opened writable? */
+bool bdrv_is_writable(BlockDriverState *bs);
+
+/*
+ * True when every byte of @bs is known to read as zero because the image was
+ * just created by us (a new raw file, a new qcow2 image without backing).
+ */
+bool bdrv_has_zero_init(BlockDriverState *bs);
+
+/* Mark that @bs reads as all zeroes (set after a fresh create). */
+void bdrv_set_zero_init(BlockDriverState *bs, bool zero_init);
+
+/* The cluster size of the format, or 0 when it has none. */
+int64_t bdrv_get_cluster_size(BlockDriverState *bs);
+
+/* Alignment every request is padded to, and buffer alignment for I/O. */
+uint32_t bdrv_get_request_alignment(BlockDriverState *bs);
+uint32_t bdrv_get_mem_alignment(BlockDriverState *bs);
+
+/* Fill @info for `info`.  Returns false with @errp set on failure. */
+bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
+
+/*
+ * Two specs name the same storage (same device and inode for files, same
+ * string otherwise)?  Used to refuse copying an image onto itself.
+ */
+bool bdrv_same_storage(const char *spec_a, const char *spec_b);
+
+/* Buffer helpers: aligned to the node's memory alignment, freed by
+ * qemu_vfree(). */
+void *bdrv_blockalign(BlockDriverState *bs, size_t size);
+void *qemu_memalign(size_t alignment, size_t size);
+void qemu_vfree(void *ptr);
+
+/* ---- The request path (block/io.c) ---- */
+
+/*
+ * Read @bytes at @offset into @buf.  Any offset, length and buffer alignment
+ * is accepted: io.c pads, bounces and splits as the driver requires.  Bytes
+ * past the end of the image read as zero.
+ */
+void bdrv_aio_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                    void *buf, BdrvRequestFlags flags,
+                    BlockCompletionFunc *cb, void *opaque);
+
+/*
+ * Write @bytes at @offset from @buf, which must stay valid and unchanged
+ * until the completion runs.  Unaligned writes are read-modify-write and are
+ * serialised against overlapping requests.  Writing past the end of the
+ * image fails with -ENOSPC.
+ */
+void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                     const void *buf, BdrvRequestFlags flags,
+                     BlockCompletionFunc *cb, void *opaque);
+
+/*
+ * Make [offset, offset+bytes) read as zero.  BDRV_REQ_MAY_UNMAP lets the
+ * driver deallocate; BDRV_REQ_NO_FALLBACK fails with -ENOTSUP instead of
+ * writing zero buffers when the driver cannot zero efficiently.
+ */
+void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                            int64_t bytes, BdrvRequestFlags flags,
+                            BlockCompletionFunc *cb, void *opaque);
+
+/*
+ * Discard (trim) a range.  Advisory: afterwards the range reads as either
+ * the old data or zeroes.  Unaligned head and tail are ignored.
+ */
+void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       BlockCompletionFunc *cb, void *opaque);
+
+/* Make every completed write durable. */
+void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                    void *opaque);
+
+/*
+ * Block status of [offset, offset+bytes), clamped to the image end.  On
+ * success at least one extent is appended to @extents (a GArray of
+ * BlockExtent); the extents are contiguous, start at @offset and may cover
+ * less than asked.  Without driver support everything is allocated data.
+ */
+void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, GArray *extents,
+                           BlockCompletionFunc *cb, void *opaque);
+
+/* Requests submitted through io.c on @bs and not yet completed. */
+uint64_t bdrv_get_in_flight(BlockDriverState *bs);
+
+/*
+ * Cap on the size of one data read or write reaching the driver of @bs, on
+ * top of the driver's own max_transfer (0 = no extra cap).  The mirror job
+ * sets it to its chunk size.
+ */
+void bdrv_set_max_io(BlockDriverState *bs, int64_t max_io);
+
+#endif /* BLOCK_BLOCK_H */

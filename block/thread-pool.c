@@ -1,0 +1,145 @@
+/*
+ * Thread pool for blocking driver work; completions return to the loop.
+ *
+ * Workers are a GThreadPool.  A finished request is pushed onto a GAsyncQueue
+ * and the pool's eventfd is bumped; a GSource on the owning main context
+ * reads the eventfd and runs the completions there.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/thread-pool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <glib-unix.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef struct ThreadPoolRequest {
+    ThreadPool *pool;
+    ThreadPoolFunc *func;
+    void *arg;
+    BlockCompletionFunc *cb;
+    void *opaque;
+    int ret;
+} ThreadPoolRequest;
+
+struct ThreadPool {
+    GMainContext *ctx;
+    GThreadPool *workers;
+    GAsyncQueue *done;
+    int efd;
+    GSource *source;
+};
+
+static void thread_pool_worker(gpointer data, gpointer user_data)
+{
+    ThreadPoolRequest *req = data;
+    ThreadPool *pool = user_data;
+    uint64_t one = 1;
+    ssize_t r;
+
+    req->ret = req->func(req->arg);
+    g_async_queue_push(pool->done, req);
+    do {
+        r = write(pool->efd, &one, sizeof(one));
+    } while (r < 0 && errno == EINTR);
+}
+
+static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
+                                     gpointer user_data)
+{
+    ThreadPool *pool = user_data;
+    ThreadPoolRequest *req;
+    uint64_t n;
+
+    if (read(pool->efd, &n, sizeof(n)) < 0 && errno != EAGAIN) {
+        g_error("thread pool eventfd read failed: %s", g_strerror(errno));
+    }
+    while ((req = g_async_queue_try_pop(pool->done))) {
+        req->cb(req->opaque, req->ret);
+        g_free(req);
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+static int thread_pool_threads_from_env(void)
+{
+    const char *s = g_getenv("QEMU_MIRROR_POOL_THREADS");
+    gint64 n;
+
+    if (s && g_ascii_string_to_signed(s, 10, 1, 256, &n, NULL)) {
+        return n;
+    }
+    return THREAD_POOL_DEFAULT_THREADS;
+}
+
+static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
+{
+    ThreadPool *pool = g_new0(ThreadPool, 1);
+    GError *err = NULL;
+
+    pool->ctx = g_main_context_ref(ctx);
+    pool->done = g_async_queue_new();
+    pool->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (pool->efd < 0) {
+        g_error("eventfd: %s", g_strerror(errno));
+    }
+    pool->workers = g_thread_pool_new(thread_pool_worker, pool, max_threads,
+                                      FALSE, &err);
+    if (!pool->workers) {
+        g_error("cannot create thread pool: %s", err->message);
+    }
+    pool->source = g_unix_fd_source_new(pool->efd, G_IO_IN);
+    g_source_set_callback(pool->source, (GSourceFunc)thread_pool_dispatch,
+                          pool, NULL);
+    g_source_set_name(pool->source, "thread-pool");
+    g_source_attach(pool->source, ctx);
+    return pool;
+}
+
+static GPrivate pool_key;
+static GMutex pool_lock;
+static GHashTable *pools; /* GMainContext * -> ThreadPool *, never freed */
+
+ThreadPool *thread_pool_get(void)
+{
+    GMainContext *ctx = g_main_context_ref_thread_default();
+    ThreadPool *pool = g_private_get(&pool_key);
+
+    if (pool && pool->ctx == ctx) {
+        g_main_context_unref(ctx);
+        return pool;
+    }
+    g_mutex_lock(&pool_lock);
+    if (!pools) {
+        pools = g_hash_table_new(NULL, NULL);
+    }
+    pool = g_hash_table_lookup(pools, ctx);
+    if (!pool) {
+        pool = thread_pool_new(ctx, thread_pool_threads_from_env());
+        g_hash_table_insert(pools, ctx, pool);
+    }
+    g_mutex_unlock(&pool_lock);
+    g_private_set(&pool_key, pool);
+    g_main_context_unref(ctx);
+    return pool;
+}
+
+void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
+                        BlockCompletionFunc *cb, void *opaque)
+{
+    ThreadPoolRequest *req = g_new(ThreadPoolRequest, 1);
+
+    *req = (ThreadPoolRequest) {
+        .pool = pool, .func = func, .arg = arg, .cb = cb, .opaque = opaque,
+    };
+    g_thread_pool_push(pool->workers, req, NULL);
+}
+
+void thread_pool_set_max_threads(ThreadPool *pool, int max_threads)
+{
+    g_thread_pool_set_max_threads(pool->workers,
+                                  CLAMP(max_threads, 1, 256), NULL);
+}

@@ -1,0 +1,43 @@
+/*
+ * Thread pool for blocking driver work.
+ *
+ * Blocking calls (preadv, pwritev, fallocate, fdatasync, lseek) run on
+ * worker threads; their completions come back to the main context that
+ * submitted them, through an eventfd watched by a GSource, so that every
+ * piece of block-layer state is only touched on the main loop.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_THREAD_POOL_H
+#define BLOCK_THREAD_POOL_H
+
+#include "block/block.h"
+
+typedef struct ThreadPool ThreadPool;
+
+/* Work run on a worker thread; returns 0 or -errno.  It must not touch
+ * main-loop state. */
+typedef int ThreadPoolFunc(void *arg);
+
+/* Default number of worker threads of the shared pool. */
+#define THREAD_POOL_DEFAULT_THREADS 16
+
+/*
+ * The pool for the calling thread's thread-default main context, created on
+ * first use with THREAD_POOL_DEFAULT_THREADS workers (or the value of the
+ * environment variable QEMU_MIRROR_POOL_THREADS, 1..256).
+ */
+ThreadPool *thread_pool_get(void);
+
+/*
+ * Run @func(@arg) on a worker; afterwards run @cb(@opaque, ret) on the main
+ * context the pool belongs to.  Never calls @cb before returning.
+ */
+void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
+                        BlockCompletionFunc *cb, void *opaque);
+
+/* Change the number of worker threads (1..256). */
+void thread_pool_set_max_threads(ThreadPool *pool, int max_threads);
+
+#endif /* BLOCK_THREAD_POOL_H */

@@ -1,0 +1,79 @@
+/*
+ * Small helpers: parsing sizes, rates and counts given by users, and
+ * formatting sizes for people.
+ *
+ * Sizes accept a decimal number with an optional binary suffix:
+ * B (bytes), K, M, G, T, P, E (powers of 1024), case-insensitive; "512",
+ * "64K", "1M", "2G".  Rejected, with a message that quotes the value: empty
+ * strings, signs, spaces, fractions, hex, unknown suffixes, anything that
+ * does not fit in int64_t.  Rates are sizes per second.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef UTIL_CUTILS_H
+#define UTIL_CUTILS_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define KiB (INT64_C(1) << 10)
+#define MiB (INT64_C(1) << 20)
+#define GiB (INT64_C(1) << 30)
+#define TiB (INT64_C(1) << 40)
+
+#define QEMU_IS_ALIGNED(n, m) (((n) % (m)) == 0)
+#define QEMU_ALIGN_DOWN(n, m) ((n) / (m) * (m))
+#define QEMU_ALIGN_UP(n, m) QEMU_ALIGN_DOWN((n) + (m) - 1, (m))
+#define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+
+/* Error domain for parse errors */
+#define CUTILS_ERROR (cutils_error_quark())
+GQuark cutils_error_quark(void);
+
+/*
+ * Parse @str as a size in bytes into *@value.  @what names the option in
+ * the error ("--chunk-size"); errors read
+ * "--chunk-size '3X': invalid size (use e.g. 512, 64K, 1M, 2G)".
+ * Returns false with @errp set on failure; 0 is accepted here.
+ */
+bool parse_size(const char *what, const char *str, int64_t *value,
+                GError **errp);
+
+/*
+ * parse_size() plus range checks: @min <= value <= @max and, when
+ * @pow2 is true, a power of two.  The error names the rule, e.g.
+ * "--chunk-size '3M': must be a power of 2 between 4K and 64M".
+ */
+bool parse_size_range(const char *what, const char *str, int64_t min,
+                      int64_t max, bool pow2, int64_t *value, GError **errp);
+
+/* A plain decimal count in [@min, @max] ("-m '0': must be between 1 and
+ * 64"). */
+bool parse_count(const char *what, const char *str, int64_t min, int64_t max,
+                 int64_t *value, GError **errp);
+
+/* Is @n a power of two (n > 0)? */
+static inline bool is_power_of_2(uint64_t n)
+{
+    return n && !(n & (n - 1));
+}
+
+/* Format @bytes for people ("1.5 GiB", "512 B"); free with g_free(). */
+char *size_to_str(int64_t bytes);
+
+/* Format a short size for messages ("4K", "64M", "3000"): exact value,
+ * largest suffix that divides it.  Free with g_free(). */
+char *size_to_short_str(int64_t bytes);
+
+/*
+ * True when the @len bytes at @buf are all zero.  Fast on data that is not
+ * zero (it stops at the first non-zero word), vectorised otherwise.
+ */
+bool buffer_is_zero(const void *buf, size_t len);
+
+/* Monotonic time in nanoseconds. */
+int64_t clock_ns(void);
+
+#endif /* UTIL_CUTILS_H */

@@ -1,0 +1,45 @@
+/*
+ * Rate limiting in time slices.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "util/ratelimit.h"
+
+void ratelimit_set_speed(RateLimit *limit, uint64_t speed, uint64_t slice_ns)
+{
+    limit->slice_ns = slice_ns;
+    if (speed == 0) {
+        limit->slice_quota = 0;
+        return;
+    }
+    /* Round up so that tiny speeds still admit something per slice. */
+    limit->slice_quota = (speed * slice_ns + 999999999) / 1000000000;
+    if (limit->slice_quota == 0) {
+        limit->slice_quota = 1;
+    }
+}
+
+bool ratelimit_enabled(const RateLimit *limit)
+{
+    return limit->slice_quota != 0;
+}
+
+int64_t ratelimit_calculate_delay(RateLimit *limit, int64_t now_ns,
+                                  uint64_t n)
+{
+    if (!limit->slice_quota) {
+        return 0;
+    }
+    if (limit->slice_end_ns < now_ns) {
+        /* Previous slice expired: start a new one. */
+        limit->slice_start_ns = now_ns;
+        limit->slice_end_ns = now_ns + limit->slice_ns;
+        limit->dispatched = 0;
+    }
+    if (limit->dispatched == 0 || limit->dispatched + n <= limit->slice_quota) {
+        limit->dispatched += n;
+        return 0;
+    }
+    return limit->slice_end_ns - now_ns;
+}
