@@ -74,10 +74,14 @@ struct BlockDriver {
 
     /*
      * Optional.  Create an image of @size bytes at @filename, truncating an
-     * existing file; remove understood keys from @options.  May block.
+     * existing file.  @options only holds keys listed in @create_opts;
+     * create() checks their values before touching the file.  May block.
      */
     bool (*create)(const char *filename, int64_t size, GHashTable *options,
                    GError **errp);
+
+    /* NULL-terminated names of the options create() accepts, or NULL. */
+    const char *const *create_opts;
 
     /* Current length in bytes, or -errno.  May block; called at open. */
     int64_t (*get_length)(BlockDriverState *bs);
@@ -161,6 +165,13 @@ struct BlockDriverState {
 /* Driver tables, listed in block.c's registry. */
 extern const BlockDriver bdrv_raw;
 extern const BlockDriver bdrv_null;
+
+/*
+ * Parse "key=value,key=value" (the part of a driver spec after its prefix)
+ * into @options.  Returns false with @errp set on a malformed pair.
+ */
+bool bdrv_parse_spec_options(const char *str, GHashTable *options,
+                             GError **errp);
 
 /* Schedule @cb(@opaque, @ret) on the current thread-default main context:
  * for drivers that finish without waiting for anything. */

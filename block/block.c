@@ -1,1 +1,466 @@
-/* stub */
+/*
+ * Block layer core: the driver registry, opening and probing, creating,
+ * reference counting and the node getters.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/block-int.h"
+#include "util/cutils.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+G_DEFINE_QUARK(mirror-block-error-quark, block_error)
+
+/* The registry: one line per driver. */
+static const BlockDriver *const block_drivers[] = {
+    &bdrv_raw,
+    &bdrv_null,
+};
+
+static const BlockDriver *bdrv_find_driver(const char *format)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+        if (!strcmp(block_drivers[i]->format_name, format)) {
+            return block_drivers[i];
+        }
+    }
+    return NULL;
+}
+
+bool bdrv_find_format(const char *format)
+{
+    return bdrv_find_driver(format) != NULL;
+}
+
+static const BlockDriver *bdrv_driver_for_spec(const char *spec)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+        if (block_drivers[i]->recognize_spec &&
+            block_drivers[i]->recognize_spec(spec)) {
+            return block_drivers[i];
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Read the first bytes of @filename and ask every driver with a probe
+ * function for a score; the best one wins.  Blocking (control path).
+ */
+static const BlockDriver *bdrv_probe(const char *filename, GError **errp)
+{
+    uint8_t buf[512];
+    const BlockDriver *best = NULL;
+    int best_score = 0;
+    ssize_t n;
+    int fd;
+
+    fd = open(filename, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not open '%s': %s", filename, g_strerror(errno));
+        return NULL;
+    }
+    do {
+        n = pread(fd, buf, sizeof(buf), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        int err = errno;
+        close(fd);
+        if (err == EISDIR) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "'%s' is a directory", filename);
+        } else {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "Could not read '%s': %s", filename,
+                        g_strerror(err));
+        }
+        return NULL;
+    }
+    close(fd);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+        int score;
+
+        if (!block_drivers[i]->probe) {
+            continue;
+        }
+        score = block_drivers[i]->probe(buf, n, filename);
+        if (score > best_score) {
+            best_score = score;
+            best = block_drivers[i];
+        }
+    }
+    if (!best) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not determine the format of '%s'", filename);
+    }
+    return best;
+}
+
+static bool bdrv_check_leftover_options(GHashTable *options,
+                                        const char *format, GError **errp)
+{
+    GHashTableIter iter;
+    gpointer key;
+
+    g_hash_table_iter_init(&iter, options);
+    if (g_hash_table_iter_next(&iter, &key, NULL)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Block format '%s' does not support the option '%s'",
+                    format, (const char *)key);
+        return false;
+    }
+    return true;
+}
+
+static GHashTable *bdrv_copy_options(GHashTable *options)
+{
+    GHashTable *copy = g_hash_table_new_full(g_str_hash, g_str_equal,
+                                             g_free, g_free);
+    if (options) {
+        GHashTableIter iter;
+        gpointer k, v;
+
+        g_hash_table_iter_init(&iter, options);
+        while (g_hash_table_iter_next(&iter, &k, &v)) {
+            g_hash_table_insert(copy, g_strdup(k), g_strdup(v));
+        }
+    }
+    return copy;
+}
+
+BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
+                            GHashTable *options, GError **errp)
+{
+    g_autoptr(GHashTable) opts = bdrv_copy_options(options);
+    const BlockDriver *drv;
+    BlockDriverState *bs;
+    int64_t len;
+
+    if (!spec || !*spec) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "An image name must not be empty");
+        return NULL;
+    }
+
+    drv = bdrv_driver_for_spec(spec);
+    if (format) {
+        const BlockDriver *named = bdrv_find_driver(format);
+
+        if (!named) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "Unknown image format '%s'", format);
+            return NULL;
+        }
+        if (drv && drv != named) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "'%s' is a %s image, not %s", spec,
+                        drv->format_name, format);
+            return NULL;
+        }
+        drv = named;
+    } else if (!drv) {
+        if (flags & BDRV_O_NO_PROBE) {
+            drv = &bdrv_raw;
+        } else {
+            drv = bdrv_probe(spec, errp);
+            if (!drv) {
+                return NULL;
+            }
+        }
+    }
+
+    bs = g_new0(BlockDriverState, 1);
+    bs->drv = drv;
+    bs->opaque = g_malloc0(drv->instance_size);
+    bs->filename = g_strdup(spec);
+    bs->open_flags = flags;
+    bs->refcnt = 1;
+    g_queue_init(&bs->tracked);
+    g_queue_init(&bs->waiting);
+
+    if (!drv->open(bs, spec, flags, opts, errp)) {
+        goto out_free;
+    }
+    if (!bdrv_check_leftover_options(opts, drv->format_name, errp)) {
+        goto out_close;
+    }
+
+    len = drv->get_length(bs);
+    if (len < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not get the size of '%s': %s", spec,
+                    g_strerror(-len));
+        goto out_close;
+    }
+    bs->total_bytes = len;
+
+    bs->bl = (BlockLimits) {
+        .request_alignment = 1,
+        .min_mem_alignment = 1,
+    };
+    if (drv->refresh_limits) {
+        drv->refresh_limits(bs, &bs->bl);
+    }
+    g_assert(is_power_of_2(bs->bl.request_alignment));
+    g_assert(is_power_of_2(bs->bl.min_mem_alignment));
+    return bs;
+
+out_close:
+    drv->close(bs);
+out_free:
+    g_free(bs->opaque);
+    g_free(bs->filename);
+    g_free(bs);
+    return NULL;
+}
+
+BlockDriverState *bdrv_ref(BlockDriverState *bs)
+{
+    bs->refcnt++;
+    return bs;
+}
+
+void bdrv_unref(BlockDriverState *bs)
+{
+    if (!bs || --bs->refcnt > 0) {
+        return;
+    }
+    g_assert(bs->in_flight == 0);
+    bs->drv->close(bs);
+    qemu_vfree(bs->zero_buffer);
+    g_free(bs->opaque);
+    g_free(bs->filename);
+    g_free(bs);
+}
+
+bool bdrv_create(const char *format, const char *filename, int64_t size,
+                 GHashTable *options, GError **errp)
+{
+    g_autoptr(GHashTable) opts = bdrv_copy_options(options);
+    const BlockDriver *drv = bdrv_find_driver(format);
+
+    if (!drv) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Unknown image format '%s'", format);
+        return false;
+    }
+    if (!drv->create) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Format '%s' does not support image creation", format);
+        return false;
+    }
+    if (size < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Invalid image size %" G_GINT64_FORMAT, size);
+        return false;
+    }
+    /* Unknown options are refused before anything is created. */
+    if (g_hash_table_size(opts)) {
+        GHashTableIter iter;
+        gpointer key;
+
+        g_hash_table_iter_init(&iter, opts);
+        while (g_hash_table_iter_next(&iter, &key, NULL)) {
+            if (!drv->create_opts ||
+                !g_strv_contains(drv->create_opts, key)) {
+                g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                            "Format '%s' does not support the option '%s'",
+                            format, (const char *)key);
+                return false;
+            }
+        }
+    }
+    return drv->create(filename, size, opts, errp);
+}
+
+const char *bdrv_get_format_name(BlockDriverState *bs)
+{
+    return bs->drv->format_name;
+}
+
+const char *bdrv_get_filename(BlockDriverState *bs)
+{
+    return bs->filename;
+}
+
+int64_t bdrv_getlength(BlockDriverState *bs)
+{
+    return bs->total_bytes;
+}
+
+bool bdrv_is_writable(BlockDriverState *bs)
+{
+    return bs->open_flags & BDRV_O_RDWR;
+}
+
+bool bdrv_has_zero_init(BlockDriverState *bs)
+{
+    return bs->zero_init;
+}
+
+void bdrv_set_zero_init(BlockDriverState *bs, bool zero_init)
+{
+    bs->zero_init = zero_init;
+}
+
+int64_t bdrv_get_cluster_size(BlockDriverState *bs)
+{
+    BlockImageInfo info = { 0 };
+    int64_t cs = 0;
+
+    if (bs->drv->get_info && bs->drv->get_info(bs, &info, NULL)) {
+        cs = info.cluster_size;
+    }
+    bdrv_image_info_clear(&info);
+    return cs;
+}
+
+uint32_t bdrv_get_request_alignment(BlockDriverState *bs)
+{
+    return bs->bl.request_alignment;
+}
+
+uint32_t bdrv_get_mem_alignment(BlockDriverState *bs)
+{
+    return bs->bl.min_mem_alignment;
+}
+
+bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp)
+{
+    *info = (BlockImageInfo) {
+        .format = bs->drv->format_name,
+        .virtual_size = bs->total_bytes,
+        .actual_size = -1,
+    };
+    if (bs->drv->get_info) {
+        return bs->drv->get_info(bs, info, errp);
+    }
+    return true;
+}
+
+void bdrv_image_info_clear(BlockImageInfo *info)
+{
+    g_free(info->backing_file);
+    g_free(info->backing_format);
+    if (info->specific) {
+        g_ptr_array_unref(info->specific);
+    }
+    memset(info, 0, sizeof(*info));
+}
+
+bool bdrv_same_storage(const char *spec_a, const char *spec_b)
+{
+    struct stat a, b;
+
+    if (!strcmp(spec_a, spec_b)) {
+        return true;
+    }
+    if (stat(spec_a, &a) < 0 || stat(spec_b, &b) < 0) {
+        return false;
+    }
+    if (S_ISBLK(a.st_mode) && S_ISBLK(b.st_mode)) {
+        return a.st_rdev == b.st_rdev;
+    }
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+void *qemu_memalign(size_t alignment, size_t size)
+{
+    void *ptr;
+
+    if (alignment < sizeof(void *)) {
+        alignment = sizeof(void *);
+    }
+    if (posix_memalign(&ptr, alignment, size ? size : 1)) {
+        g_error("out of memory allocating %zu bytes", size);
+    }
+    return ptr;
+}
+
+void qemu_vfree(void *ptr)
+{
+    free(ptr);
+}
+
+void *bdrv_blockalign(BlockDriverState *bs, size_t size)
+{
+    return qemu_memalign(MAX(bs->bl.min_mem_alignment, 64), size);
+}
+
+static gboolean bdrv_timer_dispatch(GSource *src, GSourceFunc cb,
+                                    gpointer data)
+{
+    return cb(data);
+}
+
+static GSourceFuncs bdrv_timer_funcs = {
+    .dispatch = bdrv_timer_dispatch,
+};
+
+GSource *bdrv_timer_new(int64_t delay_ns, GSourceFunc func, void *data)
+{
+    GSource *src = g_source_new(&bdrv_timer_funcs, sizeof(GSource));
+
+    g_source_set_ready_time(src, g_get_monotonic_time() + delay_ns / 1000);
+    g_source_set_callback(src, func, data, NULL);
+    g_source_attach(src, g_main_context_get_thread_default());
+    return src;
+}
+
+typedef struct LaterCompletion {
+    BlockCompletionFunc *cb;
+    void *opaque;
+    int ret;
+} LaterCompletion;
+
+static gboolean bdrv_complete_later_cb(gpointer data)
+{
+    LaterCompletion *lc = data;
+
+    lc->cb(lc->opaque, lc->ret);
+    g_free(lc);
+    return G_SOURCE_REMOVE;
+}
+
+void bdrv_complete_later(BlockCompletionFunc *cb, void *opaque, int ret)
+{
+    LaterCompletion *lc = g_new(LaterCompletion, 1);
+    GSource *src = g_idle_source_new();
+
+    *lc = (LaterCompletion) { .cb = cb, .opaque = opaque, .ret = ret };
+    g_source_set_priority(src, G_PRIORITY_DEFAULT);
+    g_source_set_callback(src, bdrv_complete_later_cb, lc, NULL);
+    g_source_attach(src, g_main_context_get_thread_default());
+    g_source_unref(src);
+}
+
+bool bdrv_parse_spec_options(const char *str, GHashTable *options,
+                             GError **errp)
+{
+    g_auto(GStrv) parts = NULL;
+
+    if (!*str) {
+        return true;
+    }
+    parts = g_strsplit(str, ",", -1);
+    for (int i = 0; parts[i]; i++) {
+        char *eq = strchr(parts[i], '=');
+
+        if (!eq || eq == parts[i]) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "Invalid option '%s': expected key=value",
+                        parts[i]);
+            return false;
+        }
+        *eq = '\0';
+        g_hash_table_replace(options, g_strdup(parts[i]), g_strdup(eq + 1));
+    }
+    return true;
+}

@@ -20,6 +20,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Error domain of the block layer (control path). */
+#define BLOCK_ERROR (block_error_quark())
+GQuark block_error_quark(void);
+typedef enum {
+    BLOCK_ERROR_OPEN = 1,   /* cannot open or read an image */
+    BLOCK_ERROR_INVALID,    /* bad spec, option or value */
+    BLOCK_ERROR_IO,         /* an I/O error on the control path */
+} BlockErrorCode;
+
 typedef struct BlockDriver BlockDriver;
 typedef struct BlockDriverState BlockDriverState;
 
@@ -153,6 +162,13 @@ bool bdrv_same_storage(const char *spec_a, const char *spec_b);
 void *bdrv_blockalign(BlockDriverState *bs, size_t size);
 void *qemu_memalign(size_t alignment, size_t size);
 void qemu_vfree(void *ptr);
+
+/*
+ * Run @func(@data) once, @delay_ns from now (0 = as soon as possible), on
+ * the thread-default main context.  Returns the attached source with one
+ * reference: g_source_destroy() cancels it; the caller unrefs it.
+ */
+GSource *bdrv_timer_new(int64_t delay_ns, GSourceFunc func, void *data);
 
 /* ---- The request path (block/io.c) ---- */
 

@@ -1,1 +1,645 @@
-/* stub */
+/*
+ * The request path: every read, write, zero, discard, flush and block
+ * status goes through here, and only here are requests split, aligned,
+ * bounced, clamped at the end of the image and counted.
+ *
+ * A request is padded out to the driver's request_alignment (reads through
+ * a bounce buffer; writes by read-modify-write), then sent to the driver in
+ * fragments of at most max_transfer bytes, one fragment at a time, so one
+ * request never has more than one driver request in flight.  A
+ * read-modify-write is "serialising": it waits until no overlapping request
+ * is in flight and keeps new overlapping ones waiting, so the block it read
+ * cannot change under it.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/block-int.h"
+#include "util/cutils.h"
+
+#include <errno.h>
+
+#define BDRV_DEFAULT_MAX_TRANSFER  (1 * GiB)
+#define BDRV_ZERO_BUFFER_SIZE      (1 * MiB)
+
+typedef enum BdrvReqType {
+    BDRV_REQ_TYPE_READ,
+    BDRV_REQ_TYPE_WRITE,
+    BDRV_REQ_TYPE_ZERO,
+    BDRV_REQ_TYPE_DISCARD,
+    BDRV_REQ_TYPE_FLUSH,
+    BDRV_REQ_TYPE_STATUS,
+} BdrvReqType;
+
+/* What a write request is doing right now. */
+typedef enum BdrvReqPhase {
+    BDRV_PHASE_IO,          /* sending [pos, end) in fragments */
+    BDRV_PHASE_RMW_HEAD,    /* reading the partial head block */
+    BDRV_PHASE_RMW_TAIL,    /* reading the partial tail block */
+    BDRV_PHASE_ZERO_WRITE,  /* zero fallback: writing zero buffers */
+} BdrvReqPhase;
+
+typedef struct BdrvRequest BdrvRequest;
+struct BdrvRequest {
+    BlockDriverState *bs;
+    BdrvReqType type;
+    int64_t offset;          /* the caller's range, clamped to the image */
+    int64_t bytes;
+    uint8_t *buf;            /* the caller's buffer (READ, WRITE) */
+    BdrvRequestFlags flags;
+    BlockCompletionFunc *cb;
+    void *opaque;
+    GArray *extents;         /* STATUS */
+
+    int64_t start;           /* the aligned range sent to the driver */
+    int64_t end;
+    uint8_t *bounce;         /* covers [start, end) when padding/bouncing */
+    bool serialising;        /* read-modify-write in progress */
+    bool tracked;            /* in bs->tracked */
+    GList link;              /* in bs->tracked or bs->waiting */
+
+    BdrvReqPhase phase;
+    int64_t pos;             /* next byte of [start, end) to send */
+    int64_t frag;            /* bytes of the fragment in flight */
+
+    /* An unaligned write-zeroes runs as up to three child requests. */
+    int64_t child_pos;
+
+    guint first_extent;      /* STATUS: index of the first new extent */
+};
+
+static int64_t bdrv_max_rw(BlockDriverState *bs)
+{
+    int64_t align = bs->bl.request_alignment;
+    int64_t max = bs->bl.max_transfer ? bs->bl.max_transfer
+                                      : BDRV_DEFAULT_MAX_TRANSFER;
+
+    if (bs->max_io && bs->max_io < max) {
+        max = bs->max_io;
+    }
+    return MAX(QEMU_ALIGN_DOWN(max, align), align);
+}
+
+static int64_t bdrv_max_zero(BlockDriverState *bs)
+{
+    int64_t align = bs->bl.request_alignment;
+    int64_t max = bs->bl.max_pwrite_zeroes ? bs->bl.max_pwrite_zeroes
+                                           : BDRV_DEFAULT_MAX_TRANSFER;
+
+    return MAX(QEMU_ALIGN_DOWN(max, align), align);
+}
+
+static int64_t bdrv_max_discard(BlockDriverState *bs)
+{
+    int64_t align = bs->bl.request_alignment;
+    int64_t max = bs->bl.max_pdiscard ? bs->bl.max_pdiscard
+                                      : BDRV_DEFAULT_MAX_TRANSFER;
+
+    return MAX(QEMU_ALIGN_DOWN(max, align), align);
+}
+
+uint64_t bdrv_get_in_flight(BlockDriverState *bs)
+{
+    return bs->in_flight;
+}
+
+void bdrv_set_max_io(BlockDriverState *bs, int64_t max_io)
+{
+    g_assert(max_io >= 0);
+    bs->max_io = max_io;
+}
+
+/* ---- request lifetime ---- */
+
+static BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
+                                 int64_t offset, int64_t bytes, void *buf,
+                                 BdrvRequestFlags flags,
+                                 BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req = g_new0(BdrvRequest, 1);
+
+    req->bs = bs;
+    req->type = type;
+    req->offset = offset;
+    req->bytes = bytes;
+    req->buf = buf;
+    req->flags = flags;
+    req->cb = cb;
+    req->opaque = opaque;
+    req->link.data = req;
+    req->start = offset;
+    req->end = offset + bytes;
+    bs->in_flight++;
+    return req;
+}
+
+static void bdrv_process_waiting(BlockDriverState *bs);
+
+/*
+ * Finish @req: untrack it, let waiters go, then run the caller's
+ * completion.  This is the only place a request is freed.
+ */
+static void bdrv_req_finish(BdrvRequest *req, int ret)
+{
+    BlockDriverState *bs = req->bs;
+    BlockCompletionFunc *cb = req->cb;
+    void *opaque = req->opaque;
+
+    if (req->tracked) {
+        g_queue_unlink(&bs->tracked, &req->link);
+    }
+    if (ret == 0 && req->type == BDRV_REQ_TYPE_READ && req->bounce) {
+        memcpy(req->buf, req->bounce + (req->offset - req->start),
+               req->bytes);
+    }
+    qemu_vfree(req->bounce);
+    g_free(req);
+    bs->in_flight--;
+    bdrv_process_waiting(bs);
+    cb(opaque, ret);
+}
+
+static void bdrv_req_finish_cb(void *opaque, int ret)
+{
+    bdrv_req_finish(opaque, ret);
+}
+
+/* Complete a request that needs no I/O, later, as the contract says. */
+static void bdrv_req_finish_later(BdrvRequest *req, int ret)
+{
+    bdrv_complete_later(bdrv_req_finish_cb, req, ret);
+}
+
+/* ---- serialisation ---- */
+
+static bool bdrv_req_overlap(const BdrvRequest *a, const BdrvRequest *b)
+{
+    return a->start < b->end && b->start < a->end;
+}
+
+/* Must @req wait for @other (in flight or queued ahead of it)? */
+static bool bdrv_req_conflict(const BdrvRequest *req,
+                              const BdrvRequest *other)
+{
+    return (req->serialising || other->serialising) &&
+           bdrv_req_overlap(req, other);
+}
+
+static bool bdrv_req_must_wait(BlockDriverState *bs, BdrvRequest *req,
+                               GList *stop)
+{
+    for (GList *l = bs->tracked.head; l; l = l->next) {
+        if (bdrv_req_conflict(req, l->data)) {
+            return true;
+        }
+    }
+    /* Keep order with conflicting requests queued earlier. */
+    for (GList *l = bs->waiting.head; l && l != stop; l = l->next) {
+        if (bdrv_req_conflict(req, l->data)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void bdrv_req_run(BdrvRequest *req);
+
+/*
+ * Start @req now if nothing overlapping forbids it, else queue it until the
+ * conflicting requests complete.
+ */
+static void bdrv_req_submit(BdrvRequest *req)
+{
+    BlockDriverState *bs = req->bs;
+
+    if (bdrv_req_must_wait(bs, req, NULL)) {
+        g_queue_push_tail_link(&bs->waiting, &req->link);
+        return;
+    }
+    g_queue_push_tail_link(&bs->tracked, &req->link);
+    req->tracked = true;
+    bdrv_req_run(req);
+}
+
+static void bdrv_process_waiting(BlockDriverState *bs)
+{
+    GList *l = bs->waiting.head;
+
+    while (l) {
+        GList *next = l->next;
+        BdrvRequest *req = l->data;
+
+        if (!bdrv_req_must_wait(bs, req, l)) {
+            g_queue_unlink(&bs->waiting, l);
+            g_queue_push_tail_link(&bs->tracked, l);
+            req->tracked = true;
+            bdrv_req_run(req);
+        }
+        l = next;
+    }
+}
+
+/* ---- the fragment loop ---- */
+
+static void bdrv_req_step(BdrvRequest *req);
+
+/* Both partial blocks are in the bounce buffer: lay the new data over
+ * them and write the whole aligned range. */
+static void bdrv_rmw_merge(BdrvRequest *req)
+{
+    memcpy(req->bounce + (req->offset - req->start), req->buf, req->bytes);
+    req->phase = BDRV_PHASE_IO;
+}
+
+static void bdrv_req_frag_done(void *opaque, int ret)
+{
+    BdrvRequest *req = opaque;
+
+    if (ret == -ENOTSUP && req->type == BDRV_REQ_TYPE_ZERO &&
+        req->phase == BDRV_PHASE_IO &&
+        !(req->flags & BDRV_REQ_NO_FALLBACK)) {
+        /* No efficient zeroing here: write zero buffers instead. */
+        req->phase = BDRV_PHASE_ZERO_WRITE;
+        bdrv_req_step(req);
+        return;
+    }
+    if (ret == -ENOTSUP && req->type == BDRV_REQ_TYPE_DISCARD) {
+        ret = 0;    /* discard is advisory */
+    }
+    if (ret < 0) {
+        bdrv_req_finish(req, ret);
+        return;
+    }
+    if (req->phase == BDRV_PHASE_RMW_HEAD) {
+        req->phase = BDRV_PHASE_RMW_TAIL;
+    } else if (req->phase == BDRV_PHASE_RMW_TAIL) {
+        bdrv_rmw_merge(req);
+    } else {
+        req->pos += req->frag;
+    }
+    bdrv_req_step(req);
+}
+
+static void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
+{
+    if (!bs->zero_buffer) {
+        bs->zero_buffer_size = MAX(BDRV_ZERO_BUFFER_SIZE,
+                                   bs->bl.request_alignment);
+        bs->zero_buffer = bdrv_blockalign(bs, bs->zero_buffer_size);
+        memset(bs->zero_buffer, 0, bs->zero_buffer_size);
+    }
+    *size = bs->zero_buffer_size;
+    return bs->zero_buffer;
+}
+
+/* Issue the next piece of work of @req, or finish it. */
+static void bdrv_req_step(BdrvRequest *req)
+{
+    BlockDriverState *bs = req->bs;
+    const BlockDriver *drv = bs->drv;
+    int64_t align = bs->bl.request_alignment;
+    uint8_t *data = req->bounce ? req->bounce : req->buf;
+
+    if (req->phase == BDRV_PHASE_RMW_HEAD) {
+        if (req->offset != req->start) {
+            req->frag = MIN(align, req->end - req->start);
+            drv->aio_preadv(bs, req->start, req->frag, req->bounce, 0,
+                            bdrv_req_frag_done, req);
+            return;
+        }
+        req->phase = BDRV_PHASE_RMW_TAIL;
+    }
+    if (req->phase == BDRV_PHASE_RMW_TAIL) {
+        int64_t tail = QEMU_ALIGN_DOWN(req->offset + req->bytes, align);
+        bool head_read = req->offset != req->start;
+
+        if (req->offset + req->bytes != req->end &&
+            !(head_read && tail == req->start)) {
+            req->frag = req->end - tail;
+            drv->aio_preadv(bs, tail, req->frag, req->bounce + (tail -
+                            req->start), 0, bdrv_req_frag_done, req);
+            return;
+        }
+        bdrv_rmw_merge(req);
+    }
+
+    if (req->pos >= req->end) {
+        bdrv_req_finish(req, 0);
+        return;
+    }
+
+    switch (req->type) {
+    case BDRV_REQ_TYPE_READ:
+        req->frag = MIN(req->end - req->pos, bdrv_max_rw(bs));
+        drv->aio_preadv(bs, req->pos, req->frag, data + (req->pos -
+                        req->start), req->flags, bdrv_req_frag_done, req);
+        break;
+    case BDRV_REQ_TYPE_WRITE:
+        req->frag = MIN(req->end - req->pos, bdrv_max_rw(bs));
+        drv->aio_pwritev(bs, req->pos, req->frag, data + (req->pos -
+                         req->start), req->flags, bdrv_req_frag_done, req);
+        break;
+    case BDRV_REQ_TYPE_ZERO:
+        if (req->phase == BDRV_PHASE_ZERO_WRITE) {
+            int64_t zsize;
+            void *zbuf = bdrv_zero_buffer(bs, &zsize);
+
+            req->frag = MIN(MIN(req->end - req->pos, bdrv_max_rw(bs)),
+                            zsize);
+            drv->aio_pwritev(bs, req->pos, req->frag, zbuf,
+                             req->flags & BDRV_REQ_FUA,
+                             bdrv_req_frag_done, req);
+        } else if (drv->aio_pwrite_zeroes) {
+            req->frag = MIN(req->end - req->pos, bdrv_max_zero(bs));
+            drv->aio_pwrite_zeroes(bs, req->pos, req->frag, req->flags,
+                                   bdrv_req_frag_done, req);
+        } else {
+            req->frag = 0;
+            bdrv_complete_later(bdrv_req_frag_done, req, -ENOTSUP);
+        }
+        break;
+    case BDRV_REQ_TYPE_DISCARD:
+        req->frag = MIN(req->end - req->pos, bdrv_max_discard(bs));
+        drv->aio_pdiscard(bs, req->pos, req->frag, bdrv_req_frag_done, req);
+        break;
+    default:
+        g_assert_not_reached();
+    }
+}
+
+static void bdrv_req_run(BdrvRequest *req)
+{
+    req->pos = req->start;
+    bdrv_req_step(req);
+}
+
+/* ---- public entry points ---- */
+
+/* Pad @req out to the driver's alignment; bounce if needed. */
+static void bdrv_req_align(BdrvRequest *req, bool for_write)
+{
+    BlockDriverState *bs = req->bs;
+    int64_t align = bs->bl.request_alignment;
+    bool misaligned_buf;
+
+    req->start = QEMU_ALIGN_DOWN(req->offset, align);
+    req->end = MIN(QEMU_ALIGN_UP(req->offset + req->bytes, align),
+                   bs->total_bytes);
+    misaligned_buf = (uintptr_t)req->buf % bs->bl.min_mem_alignment != 0;
+
+    if (req->start == req->offset && req->end == req->offset + req->bytes) {
+        if (misaligned_buf) {
+            req->bounce = bdrv_blockalign(bs, req->bytes);
+            if (for_write) {
+                memcpy(req->bounce, req->buf, req->bytes);
+            }
+        }
+        req->phase = BDRV_PHASE_IO;
+        return;
+    }
+    req->bounce = bdrv_blockalign(bs, req->end - req->start);
+    if (for_write) {
+        req->serialising = true;
+        req->phase = BDRV_PHASE_RMW_HEAD;
+    } else {
+        req->phase = BDRV_PHASE_IO;
+    }
+}
+
+void bdrv_aio_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                    void *buf, BdrvRequestFlags flags,
+                    BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    if (offset >= bs->total_bytes) {
+        memset(buf, 0, bytes);
+        bytes = 0;
+    } else if (bytes > bs->total_bytes - offset) {
+        int64_t inside = bs->total_bytes - offset;
+
+        memset((uint8_t *)buf + inside, 0, bytes - inside);
+        bytes = inside;
+    }
+    req = bdrv_req_new(bs, BDRV_REQ_TYPE_READ, offset, bytes, buf, flags,
+                       cb, opaque);
+    if (bytes == 0) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bdrv_req_align(req, false);
+    bdrv_req_submit(req);
+}
+
+void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                     const void *buf, BdrvRequestFlags flags,
+                     BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    req = bdrv_req_new(bs, BDRV_REQ_TYPE_WRITE, offset, bytes, (void *)buf,
+                       flags & BDRV_REQ_FUA, cb, opaque);
+    if (!(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, -EPERM);
+        return;
+    }
+    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
+        bdrv_req_finish_later(req, -ENOSPC);
+        return;
+    }
+    if (bytes == 0) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bdrv_req_align(req, true);
+    bdrv_req_submit(req);
+}
+
+static void bdrv_zero_child_done(void *opaque, int ret);
+
+/*
+ * An unaligned write-zeroes: the partial head and tail blocks are written
+ * as zero data (read-modify-write), the aligned middle is zeroed.  The
+ * pieces run one after the other as child requests.
+ */
+static void bdrv_zero_unaligned_step(BdrvRequest *parent)
+{
+    BlockDriverState *bs = parent->bs;
+    int64_t align = bs->bl.request_alignment;
+    int64_t end = parent->offset + parent->bytes;
+    int64_t pos = parent->child_pos;
+    int64_t next;
+    int64_t zsize;
+    void *zbuf;
+
+    if (pos >= end) {
+        bdrv_req_finish(parent, 0);
+        return;
+    }
+    next = MIN(QEMU_ALIGN_UP(pos + 1, align), end);
+    if (pos % align == 0 && end - pos >= align) {
+        /* Aligned middle, up to the last whole block (or EOF). */
+        next = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
+        parent->child_pos = next;
+        bdrv_aio_pwrite_zeroes(bs, pos, next - pos, parent->flags,
+                               bdrv_zero_child_done, parent);
+        return;
+    }
+    zbuf = bdrv_zero_buffer(bs, &zsize);
+    g_assert(next - pos <= zsize);
+    parent->child_pos = next;
+    bdrv_aio_pwrite(bs, pos, next - pos, zbuf, parent->flags & BDRV_REQ_FUA,
+                    bdrv_zero_child_done, parent);
+}
+
+static void bdrv_zero_child_done(void *opaque, int ret)
+{
+    BdrvRequest *parent = opaque;
+
+    if (ret < 0) {
+        bdrv_req_finish(parent, ret);
+        return;
+    }
+    bdrv_zero_unaligned_step(parent);
+}
+
+void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                            int64_t bytes, BdrvRequestFlags flags,
+                            BlockCompletionFunc *cb, void *opaque)
+{
+    int64_t align = bs->bl.request_alignment;
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    req = bdrv_req_new(bs, BDRV_REQ_TYPE_ZERO, offset, bytes, NULL, flags,
+                       cb, opaque);
+    if (!(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, -EPERM);
+        return;
+    }
+    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
+        bdrv_req_finish_later(req, -ENOSPC);
+        return;
+    }
+    if (bytes == 0) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    if (offset % align ||
+        ((offset + bytes) % align && offset + bytes != bs->total_bytes)) {
+        if (flags & BDRV_REQ_NO_FALLBACK) {
+            /* Partial blocks cannot be zeroed without writing data. */
+            bdrv_req_finish_later(req, -ENOTSUP);
+            return;
+        }
+        req->child_pos = offset;
+        bdrv_zero_unaligned_step(req);
+        return;
+    }
+    req->phase = BDRV_PHASE_IO;
+    bdrv_req_submit(req);
+}
+
+void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       BlockCompletionFunc *cb, void *opaque)
+{
+    int64_t align = bs->bl.request_alignment;
+    BdrvRequest *req;
+    int64_t end;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    req = bdrv_req_new(bs, BDRV_REQ_TYPE_DISCARD, offset, bytes, NULL, 0,
+                       cb, opaque);
+    if (!(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, -EPERM);
+        return;
+    }
+    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
+        bdrv_req_finish_later(req, -ENOSPC);
+        return;
+    }
+    /* Shrink to whole blocks; the partial ends are simply kept. */
+    end = offset + bytes;
+    req->start = QEMU_ALIGN_UP(offset, align);
+    req->end = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
+    if (req->start >= req->end || !bs->drv->aio_pdiscard) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    req->phase = BDRV_PHASE_IO;
+    bdrv_req_submit(req);
+}
+
+void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                    void *opaque)
+{
+    BdrvRequest *req = bdrv_req_new(bs, BDRV_REQ_TYPE_FLUSH, 0, 0, NULL, 0,
+                                    cb, opaque);
+
+    if (!bs->drv->aio_flush || !(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bs->drv->aio_flush(bs, bdrv_req_finish_cb, req);
+}
+
+static void bdrv_block_status_done(void *opaque, int ret)
+{
+    BdrvRequest *req = opaque;
+    GArray *ext = req->extents;
+    guint first = req->first_extent;
+    int64_t expect = req->offset;
+
+    if (ret == 0 && ext->len <= first) {
+        ret = -EIO;             /* a driver must say something */
+    }
+    for (guint i = first; ret == 0 && i < ext->len; i++) {
+        BlockExtent *e = &g_array_index(ext, BlockExtent, i);
+
+        if (e->offset != expect || e->length <= 0) {
+            ret = -EIO;
+            break;
+        }
+        if (e->offset + e->length > req->offset + req->bytes) {
+            e->length = req->offset + req->bytes - e->offset;
+            g_array_set_size(ext, i + 1);
+        }
+        expect = e->offset + e->length;
+    }
+    if (ret < 0) {
+        g_array_set_size(ext, first);
+    }
+    bdrv_req_finish(req, ret);
+}
+
+void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, GArray *extents,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes > 0);
+    bytes = MIN(bytes, bs->total_bytes - offset);
+    req = bdrv_req_new(bs, BDRV_REQ_TYPE_STATUS, offset, bytes, NULL, 0,
+                       cb, opaque);
+    req->extents = extents;
+    req->first_extent = extents->len;
+    if (bytes <= 0) {
+        bdrv_req_finish_later(req, -EINVAL);
+        return;
+    }
+    if (!bs->drv->aio_block_status) {
+        BlockExtent e = {
+            .offset = offset,
+            .length = bytes,
+            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
+        };
+        g_array_append_val(extents, e);
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bs->drv->aio_block_status(bs, offset, bytes, extents,
+                              bdrv_block_status_done, req);
+}

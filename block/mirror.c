@@ -1,1 +1,731 @@
-/* stub */
+/*
+ * The mirror job: dirty bitmap, bounded operations in flight, bulk and sync
+ * stages, READY, completion and cancel.
+ *
+ * Everything runs on the main loop.  mirror_pump() is nbdcopy's
+ * wait-for-request-slots loop turned inside out: it starts operations until
+ * a limit is reached (max-in-flight operations, buf-size bytes of data,
+ * the speed limit, free buffers) and every completion calls it again.
+ *
+ * An operation covers whole granules [offset, offset + bytes) (the last one
+ * may end at the end of the image).  Its dirty bits are cleared when it
+ * starts, before the source is read, and set again if it fails; no two
+ * operations overlap (in_flight_bitmap).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+/* How much block status to ask for at once. */
+#define MIRROR_STATUS_WINDOW    (1 * GiB)
+
+void mirror_params_init(MirrorParams *p)
+{
+    *p = (MirrorParams) {
+        .sync = MIRROR_SYNC_MODE_FULL,
+        .copy_mode = MIRROR_COPY_MODE_BACKGROUND,
+        .on_source_error = BLOCKDEV_ON_ERROR_REPORT,
+        .on_target_error = BLOCKDEV_ON_ERROR_REPORT,
+    };
+}
+
+static MirrorJob *mirror_job(Job *job)
+{
+    return container_of(job, MirrorJob, common);
+}
+
+/* ---- scheduling ---- */
+
+static gboolean mirror_kick_cb(gpointer opaque)
+{
+    MirrorJob *s = opaque;
+
+    g_source_unref(s->kick);
+    s->kick = NULL;
+    mirror_pump(s);
+    return G_SOURCE_REMOVE;
+}
+
+void mirror_kick(MirrorJob *s)
+{
+    if (!s->kick && !s->finished) {
+        s->kick = bdrv_timer_new(0, mirror_kick_cb, s);
+    }
+}
+
+static gboolean mirror_rate_timer_cb(gpointer opaque)
+{
+    MirrorJob *s = opaque;
+
+    g_source_unref(s->rate_timer);
+    s->rate_timer = NULL;
+    mirror_pump(s);
+    return G_SOURCE_REMOVE;
+}
+
+static void mirror_cancel_timers(MirrorJob *s)
+{
+    if (s->kick) {
+        g_source_destroy(s->kick);
+        g_source_unref(s->kick);
+        s->kick = NULL;
+    }
+    if (s->rate_timer) {
+        g_source_destroy(s->rate_timer);
+        g_source_unref(s->rate_timer);
+        s->rate_timer = NULL;
+    }
+}
+
+/* ---- source block status, fetched lazily in large windows ---- */
+
+static const BlockExtent *mirror_status_lookup(MirrorJob *s, int64_t offset)
+{
+    GArray *st = s->status;
+
+    if (!st || !st->len || offset < s->status_start ||
+        offset >= s->status_end) {
+        return NULL;
+    }
+    /* The cursor moves forward, so start from the last hit. */
+    if (s->status_idx >= st->len ||
+        g_array_index(st, BlockExtent, s->status_idx).offset > offset) {
+        s->status_idx = 0;
+    }
+    for (guint i = s->status_idx; i < st->len; i++) {
+        const BlockExtent *e = &g_array_index(st, BlockExtent, i);
+
+        if (offset < e->offset + e->length) {
+            s->status_idx = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static void mirror_status_done(void *opaque, int ret)
+{
+    MirrorJob *s = opaque;
+    GArray *st = s->status_new;
+
+    s->status_new = NULL;
+    s->status_pending = false;
+    if (ret < 0) {
+        /* Unknown: copy it (the read will report a real failure). */
+        BlockExtent e = {
+            .offset = s->status_fetch_offset,
+            .length = MIN(s->chunk_size, s->len - s->status_fetch_offset),
+            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
+        };
+        g_array_set_size(st, 0);
+        g_array_append_val(st, e);
+    }
+    if (s->status) {
+        g_array_unref(s->status);
+    }
+    s->status = st;
+    s->status_idx = 0;
+    s->status_start = g_array_index(st, BlockExtent, 0).offset;
+    s->status_end = s->status_start;
+    for (guint i = 0; i < st->len; i++) {
+        s->status_end += g_array_index(st, BlockExtent, i).length;
+    }
+    mirror_pump(s);
+}
+
+static void mirror_status_fetch(MirrorJob *s, int64_t offset)
+{
+    g_assert(!s->status_pending);
+    s->status_pending = true;
+    s->status_fetch_offset = offset;
+    s->status_new = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    bdrv_aio_block_status(s->src, offset,
+                          MIN(MIRROR_STATUS_WINDOW, s->len - offset),
+                          s->status_new, mirror_status_done, s);
+}
+
+void mirror_status_invalidate(MirrorJob *s)
+{
+    if (s->status) {
+        g_array_set_size(s->status, 0);
+        s->status_start = s->status_end = 0;
+    }
+}
+
+/* ---- buffers ---- */
+
+static uint8_t *mirror_buf_get(MirrorJob *s)
+{
+    if (s->free_bufs->len) {
+        return g_ptr_array_steal_index_fast(s->free_bufs,
+                                            s->free_bufs->len - 1);
+    }
+    if (s->nb_bufs < s->max_bufs) {
+        s->nb_bufs++;
+        return qemu_memalign(s->buf_align, s->buf_elem_size);
+    }
+    return NULL;
+}
+
+void mirror_buf_put(MirrorJob *s, uint8_t *buf)
+{
+    g_ptr_array_add(s->free_bufs, buf);
+}
+
+/* ---- choosing the next operation ---- */
+
+/*
+ * The first dirty offset at or after the cursor that no operation covers,
+ * wrapping around once (a new pass); -1 if there is none.
+ */
+static int64_t mirror_next_candidate(MirrorJob *s)
+{
+    for (int sweep = 0; sweep < 2; sweep++) {
+        int64_t off = sweep == 0 ? s->cursor : 0;
+        int64_t limit = sweep == 0 ? s->len : s->cursor;
+
+        while (off < limit) {
+            int64_t busy_end;
+
+            off = dirty_bitmap_next_dirty(s->dirty, off);
+            if (off < 0 || off >= limit) {
+                break;
+            }
+            if (!hbitmap_get(s->in_flight_bitmap, off)) {
+                if (sweep == 1) {
+                    s->passes++;
+                }
+                return off;
+            }
+            busy_end = hbitmap_next_zero(s->in_flight_bitmap, off,
+                                         UINT64_MAX);
+            off = busy_end < 0 ? s->len : busy_end;
+        }
+    }
+    return -1;
+}
+
+/* Does the target already read as zero over [offset, offset + bytes)? */
+static bool mirror_target_known_zero(MirrorJob *s, int64_t offset,
+                                     int64_t bytes)
+{
+    return s->zero_bitmap &&
+           hbitmap_count_between(s->zero_bitmap, offset, bytes) ==
+           (uint64_t)bytes;
+}
+
+/*
+ * Decide what to do at @offset: the method and the largest length allowed
+ * by the source's block status and the size caps.  Returns false when the
+ * block status is not known yet (a fetch was started).
+ */
+static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
+                        int64_t *max_bytes)
+{
+    const BlockExtent *ext = mirror_status_lookup(s, offset);
+    int64_t g = s->granularity;
+    int64_t ext_end, len;
+
+    if (!ext) {
+        if (!s->status_pending) {
+            mirror_status_fetch(s, offset);
+        }
+        return false;
+    }
+    ext_end = ext->offset + ext->length;
+    len = ext_end >= s->len ? s->len - offset
+                            : QEMU_ALIGN_DOWN(ext_end - offset, g);
+
+    if (s->sync == MIRROR_SYNC_MODE_TOP &&
+        !(ext->flags & BDRV_BLOCK_ALLOCATED) && ext->depth > 0) {
+        /* Provided by the target's backing file: nothing to copy. */
+        *method = MIRROR_METHOD_SKIP;
+    } else if ((ext->flags & BDRV_BLOCK_DATA) ||
+               !(ext->flags & BDRV_BLOCK_ZERO) || s->allocate_zeroes) {
+        *method = MIRROR_METHOD_COPY;
+    } else {
+        *method = MIRROR_METHOD_ZERO;
+    }
+    if (len < g) {
+        /* Status changes inside this granule: copy the whole granule. */
+        *method = MIRROR_METHOD_COPY;
+        len = MIN(g, s->len - offset);
+    }
+    if (*method == MIRROR_METHOD_COPY) {
+        len = MIN(len, s->buf_elem_size);
+    } else {
+        len = MIN(len, MIRROR_MAX_ZERO_BYTES);
+    }
+    *max_bytes = len;
+    return true;
+}
+
+/* Try to start one operation.  Returns false when nothing more can start
+ * now (a completion, timer or status fetch will pump again). */
+static bool mirror_issue_one(MirrorJob *s)
+{
+    int64_t g = s->granularity;
+    MirrorMethod method;
+    int64_t offset, run_end, busy, max_bytes, bytes, delay;
+    uint8_t *buf = NULL;
+
+    offset = mirror_next_candidate(s);
+    if (offset < 0 || !mirror_plan(s, offset, &method, &max_bytes)) {
+        return false;
+    }
+
+    /* Coalesce consecutive dirty granules that no operation covers. */
+    run_end = dirty_bitmap_next_clean(s->dirty, offset);
+    busy = hbitmap_next_dirty(s->in_flight_bitmap, offset, UINT64_MAX);
+    if (busy >= 0 && busy < run_end) {
+        run_end = busy;
+    }
+    bytes = MIN(run_end - offset, max_bytes);
+
+    if (method == MIRROR_METHOD_ZERO &&
+        mirror_target_known_zero(s, offset, bytes)) {
+        method = MIRROR_METHOD_SKIP;
+    }
+    if (method == MIRROR_METHOD_COPY) {
+        int64_t avail = s->buf_size - s->op_bytes_in_flight;
+
+        if (bytes > avail) {
+            /* Only when others are in flight: buf_size >= one buffer. */
+            bytes = QEMU_ALIGN_DOWN(avail, g);
+            if (bytes == 0) {
+                return false;
+            }
+        }
+        buf = mirror_buf_get(s);
+        if (!buf) {
+            return false;
+        }
+        delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
+        if (delay > 0) {
+            mirror_buf_put(s, buf);
+            s->rate_timer = bdrv_timer_new(delay, mirror_rate_timer_cb, s);
+            return false;
+        }
+    }
+    g_assert(bytes > 0);
+    g_assert(QEMU_IS_ALIGNED(offset, g));
+    g_assert(QEMU_IS_ALIGNED(bytes, g) || offset + bytes == s->len);
+
+    /* Clear before reading: a write racing with the copy dirties again. */
+    dirty_bitmap_reset(s->dirty, offset, bytes);
+    s->cursor = offset + bytes;
+
+    if (method == MIRROR_METHOD_SKIP) {
+        s->stats_skipped += bytes;
+        s->common.progress_current += bytes;
+        return true;
+    }
+    mirror_op_start(s, method, offset, bytes, buf);
+    return true;
+}
+
+/* ---- the pump and the job's state ---- */
+
+static bool mirror_can_issue(MirrorJob *s)
+{
+    return !s->finished && s->ret == 0 && !job_is_cancelled(&s->common) &&
+           !job_should_pause(&s->common) && !s->status_pending &&
+           !s->rate_timer && s->in_flight < s->max_in_flight &&
+           !s->flush_in_flight;
+}
+
+static void mirror_update_progress(MirrorJob *s)
+{
+    s->common.progress_total = s->common.progress_current +
+                               dirty_bitmap_count(s->dirty) +
+                               s->op_bytes_in_flight;
+}
+
+void mirror_pump(MirrorJob *s)
+{
+    if (s->pumping || s->finished) {
+        return;
+    }
+    s->pumping = true;
+    while (mirror_can_issue(s) && mirror_issue_one(s)) {
+        /* keep going */
+    }
+    s->pumping = false;
+    mirror_update_progress(s);
+    mirror_check_state(s);
+}
+
+static void mirror_finish(MirrorJob *s, int ret)
+{
+    g_assert(!s->finished && s->in_flight == 0);
+    s->finished = true;
+    mirror_cancel_timers(s);
+    bdrv_set_max_io(s->src, 0);
+    bdrv_set_max_io(s->dst, 0);
+    job_completed(&s->common, ret, NULL);
+}
+
+static void mirror_flush_done(void *opaque, int ret)
+{
+    MirrorJob *s = opaque;
+
+    s->flush_in_flight = false;
+    if (ret < 0) {
+        mirror_error(s, false, ret, 0, 0);
+    } else if (s->writes_since_flush == s->flush_mark) {
+        s->writes_since_flush = 0;
+    }
+    mirror_pump(s);
+}
+
+static void mirror_flush_target(MirrorJob *s)
+{
+    s->flush_in_flight = true;
+    s->flush_mark = s->writes_since_flush;
+    bdrv_aio_flush(s->dst, mirror_flush_done, s);
+}
+
+void mirror_check_state(MirrorJob *s)
+{
+    Job *job = &s->common;
+
+    if (s->finished || s->in_flight || s->flush_in_flight ||
+        s->status_pending) {
+        return;
+    }
+    /* Nothing in flight: the job may change state now. */
+    if (job_is_cancelled(job)) {
+        mirror_finish(s, -ECANCELED);
+        return;
+    }
+    if (s->ret < 0) {
+        mirror_finish(s, s->ret);
+        return;
+    }
+    if (job_should_pause(job)) {
+        job_pause_point(job);
+        return;
+    }
+    if (dirty_bitmap_count(s->dirty) > 0) {
+        return;     /* rate limited or waiting to retry */
+    }
+    if (s->writes_since_flush) {
+        mirror_flush_target(s);
+        return;
+    }
+    if (!job->ready_seen) {
+        job_transition_to_ready(job);
+        if (s->auto_complete) {
+            s->should_complete = true;
+        }
+        if (s->finished || job_is_completed(job)) {
+            return;
+        }
+    }
+    if (s->should_complete || job->cancelled) {
+        mirror_finish(s, 0);
+    }
+}
+
+/* ---- errors ---- */
+
+static BlockErrorAction mirror_error_action(MirrorJob *s, bool is_read,
+                                            int err)
+{
+    switch (is_read ? s->on_source_error : s->on_target_error) {
+    case BLOCKDEV_ON_ERROR_IGNORE:
+        return BLOCK_ERROR_ACTION_IGNORE;
+    case BLOCKDEV_ON_ERROR_STOP:
+        return BLOCK_ERROR_ACTION_STOP;
+    case BLOCKDEV_ON_ERROR_ENOSPC:
+        return err == ENOSPC ? BLOCK_ERROR_ACTION_STOP
+                             : BLOCK_ERROR_ACTION_REPORT;
+    default:
+        return BLOCK_ERROR_ACTION_REPORT;
+    }
+}
+
+void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                  int64_t bytes)
+{
+    BlockErrorAction action = mirror_error_action(s, is_read, -ret);
+    JobEvent ev = {
+        .type = JOB_EVENT_ERROR,
+        .is_read = is_read,
+        .action = action,
+        .error = -ret,
+    };
+
+    s->errors++;
+    if (action == BLOCK_ERROR_ACTION_REPORT && s->ret == 0) {
+        BlockDriverState *bs = is_read ? s->src : s->dst;
+
+        s->ret = ret;
+        if (bytes) {
+            s->error_detail = g_strdup_printf(
+                "%s error at offset %" PRId64 " (length %" PRId64
+                ") of '%s': %s", is_read ? "read" : "write", offset, bytes,
+                bdrv_get_filename(bs), g_strerror(-ret));
+        } else {
+            s->error_detail = g_strdup_printf("flush of '%s' failed: %s",
+                                              bdrv_get_filename(bs),
+                                              g_strerror(-ret));
+        }
+    }
+    job_emit(&s->common, &ev);
+    if (action == BLOCK_ERROR_ACTION_STOP) {
+        s->iostatus_nospace = ret == -ENOSPC;
+        s->iostatus_failed = true;
+        job_stop_on_error(&s->common);
+    }
+}
+
+/* ---- JobDriver ---- */
+
+static void mirror_start(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+    int gbits = __builtin_ctzll(s->granularity);
+
+    s->dirty = dirty_bitmap_new(s->len, s->granularity);
+    s->in_flight_bitmap = hbitmap_new(s->len, gbits);
+    if (s->target_zero) {
+        s->zero_bitmap = hbitmap_new(s->len, gbits);
+        hbitmap_set_all(s->zero_bitmap);
+    }
+    if (s->sync != MIRROR_SYNC_MODE_NONE) {
+        dirty_bitmap_set_all(s->dirty);
+    }
+    bdrv_set_max_io(s->src, s->chunk_size);
+    bdrv_set_max_io(s->dst, s->chunk_size);
+    s->start_ns = clock_ns();
+    mirror_pump(s);
+}
+
+static void mirror_pause(Job *job)
+{
+    mirror_kick(mirror_job(job));
+}
+
+static void mirror_resume(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    s->iostatus_failed = s->iostatus_nospace = false;
+    mirror_kick(s);
+}
+
+static bool mirror_complete(Job *job, GError **errp)
+{
+    MirrorJob *s = mirror_job(job);
+
+    s->should_complete = true;
+    mirror_kick(s);
+    return true;
+}
+
+static void mirror_cancel(Job *job, bool force)
+{
+    mirror_kick(mirror_job(job));
+}
+
+static void mirror_set_speed(Job *job, int64_t speed)
+{
+    MirrorJob *s = mirror_job(job);
+
+    ratelimit_set_speed(&s->limit, speed, RATELIMIT_SLICE_NS);
+    if (s->rate_timer) {
+        g_source_destroy(s->rate_timer);
+        g_source_unref(s->rate_timer);
+        s->rate_timer = NULL;
+    }
+    mirror_kick(s);
+}
+
+static void mirror_free(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    g_assert(s->in_flight == 0);
+    mirror_cancel_timers(s);
+    dirty_bitmap_free(s->dirty);
+    hbitmap_free(s->in_flight_bitmap);
+    hbitmap_free(s->zero_bitmap);
+    if (s->status) {
+        g_array_unref(s->status);
+    }
+    g_ptr_array_free(s->free_bufs, TRUE);
+    g_free(s->error_detail);
+    bdrv_unref(s->src);
+    bdrv_unref(s->dst);
+}
+
+static const JobDriver mirror_job_driver = {
+    .job_type   = "mirror",
+    .start      = mirror_start,
+    .pause      = mirror_pause,
+    .resume     = mirror_resume,
+    .complete   = mirror_complete,
+    .cancel     = mirror_cancel,
+    .set_speed  = mirror_set_speed,
+    .free       = mirror_free,
+};
+
+/* ---- creation and queries ---- */
+
+bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
+                         const MirrorParams *p, int64_t granularity,
+                         int64_t chunk, int64_t buf_size, int max_in_flight,
+                         GError **errp)
+{
+    int64_t src_len = bdrv_getlength(src);
+    int64_t dst_len = bdrv_getlength(dst);
+
+    if (src == dst) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Can't mirror node into itself");
+        return false;
+    }
+    if (!bdrv_is_writable(dst)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Target '%s' is read-only", bdrv_get_filename(dst));
+        return false;
+    }
+    if (dst_len < src_len || (dst_len != src_len && !p->allow_larger_target)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Source and target image have different sizes "
+                    "(%" PRId64 " and %" PRId64 " bytes)", src_len, dst_len);
+        return false;
+    }
+    if (granularity < MIRROR_MIN_GRANULARITY ||
+        granularity > MIRROR_MAX_GRANULARITY) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'granularity' expects a value in range "
+                    "[512B, 64MB]");
+        return false;
+    }
+    if (!is_power_of_2(granularity)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'granularity' expects a power of 2");
+        return false;
+    }
+    if (chunk < MIRROR_MIN_CHUNK_SIZE || chunk > MIRROR_MAX_CHUNK_SIZE ||
+        !is_power_of_2(chunk)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'chunk-size' expects a power of 2 in range "
+                    "[4KB, 64MB]");
+        return false;
+    }
+    if (buf_size < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Invalid parameter 'buf-size'");
+        return false;
+    }
+    if (max_in_flight < 1 || max_in_flight > MIRROR_MAX_IN_FLIGHT_LIMIT) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'max-in-flight' expects a value in range "
+                    "[1, %d]", MIRROR_MAX_IN_FLIGHT_LIMIT);
+        return false;
+    }
+    if (p->speed < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Invalid parameter 'speed'");
+        return false;
+    }
+    if (p->sparse_size && (p->sparse_size < 512 ||
+                           !is_power_of_2(p->sparse_size))) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'sparse-size' expects a power of 2 of at "
+                    "least 512");
+        return false;
+    }
+    return true;
+}
+
+static int64_t mirror_default_granularity(BlockDriverState *dst)
+{
+    int64_t cs = bdrv_get_cluster_size(dst);
+
+    if (cs <= 0) {
+        return 64 * KiB;
+    }
+    return MIN(MAX(cs, 4 * KiB), 64 * KiB);
+}
+
+Job *mirror_job_new(const char *id, BlockDriverState *src,
+                    BlockDriverState *dst, const MirrorParams *p,
+                    GError **errp)
+{
+    MirrorJob *s;
+    int64_t granularity = p->granularity ? p->granularity
+                                         : mirror_default_granularity(dst);
+    int64_t chunk = p->chunk_size ? p->chunk_size : MIRROR_DEFAULT_CHUNK_SIZE;
+    int64_t buf_size = p->buf_size ? p->buf_size : MIRROR_DEFAULT_BUF_SIZE;
+    int max_in_flight = p->max_in_flight ? p->max_in_flight
+                                         : MIRROR_DEFAULT_MAX_IN_FLIGHT;
+
+    if (!mirror_check_params(src, dst, p, granularity, chunk, buf_size,
+                             max_in_flight, errp)) {
+        return NULL;
+    }
+
+    s = (MirrorJob *)job_create(&mirror_job_driver, sizeof(MirrorJob), id);
+    s->src = bdrv_ref(src);
+    s->dst = bdrv_ref(dst);
+    s->len = bdrv_getlength(src);
+    s->len_dst = bdrv_getlength(dst);
+    s->sync = p->sync;
+    s->granularity = granularity;
+    s->chunk_size = chunk;
+    s->max_in_flight = max_in_flight;
+    s->on_source_error = p->on_source_error;
+    s->on_target_error = p->on_target_error;
+    s->copy_mode = p->copy_mode;
+    s->in_order = p->in_order;
+    s->auto_complete = p->auto_complete;
+    s->sparse_size = p->sparse_size;
+    s->allocate_zeroes = p->allocate_zeroes;
+    s->target_zero = p->target_is_zero || bdrv_has_zero_init(dst);
+
+    /* One buffer holds one operation: at least one granule. */
+    s->buf_elem_size = MAX(chunk, granularity);
+    s->buf_size = MAX(QEMU_ALIGN_UP(buf_size, granularity), s->buf_elem_size);
+    s->max_bufs = MAX(1, s->buf_size / s->buf_elem_size);
+    s->buf_align = MAX(MAX(bdrv_get_mem_alignment(src),
+                           bdrv_get_mem_alignment(dst)), 4096);
+    s->free_bufs = g_ptr_array_new_with_free_func(qemu_vfree);
+    g_queue_init(&s->ops);
+    g_queue_init(&s->order);
+    s->common.speed = p->speed;
+    ratelimit_set_speed(&s->limit, p->speed, RATELIMIT_SLICE_NS);
+    return &s->common;
+}
+
+void mirror_get_stats(Job *job, MirrorStats *st)
+{
+    MirrorJob *s = mirror_job(job);
+
+    *st = (MirrorStats) {
+        .len = s->len,
+        .bytes_copied = s->stats_copied,
+        .bytes_zeroed = s->stats_zeroed,
+        .bytes_skipped = s->stats_skipped,
+        .dirty_bytes = s->dirty ? dirty_bitmap_count(s->dirty) : s->len,
+        .in_flight_bytes = s->op_bytes_in_flight,
+        .in_flight = s->in_flight,
+        .granularity = s->granularity,
+        .chunk_size = s->chunk_size,
+        .buf_size = s->buf_size,
+        .max_in_flight = s->max_in_flight,
+    };
+    st->in_sync = s->dirty && st->dirty_bytes == 0 && st->in_flight == 0;
+}
+
+const char *mirror_get_error_detail(Job *job)
+{
+    return mirror_job(job)->error_detail;
+}

@@ -92,7 +92,7 @@ static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
         g_error("cannot create thread pool: %s", err->message);
     }
     pool->source = g_unix_fd_source_new(pool->efd, G_IO_IN);
-    g_source_set_callback(pool->source, (GSourceFunc)thread_pool_dispatch,
+    g_source_set_callback(pool->source, G_SOURCE_FUNC(thread_pool_dispatch),
                           pool, NULL);
     g_source_set_name(pool->source, "thread-pool");
     g_source_attach(pool->source, ctx);

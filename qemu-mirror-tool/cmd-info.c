@@ -1,1 +1,121 @@
-/* stub */
+/*
+ * mirror-tool info: an image's format and sizes, like qemu-img info.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+#include "util/cutils.h"
+
+#include <json-glib/json-glib.h>
+#include <stdio.h>
+
+static void info_print_human(const char *filename, BlockImageInfo *info)
+{
+    g_autofree char *vsize = size_to_str(info->virtual_size);
+
+    printf("image: %s\n", filename);
+    printf("file format: %s\n", info->format);
+    printf("virtual size: %s (%" G_GINT64_FORMAT " bytes)\n", vsize,
+           info->virtual_size);
+    if (info->actual_size >= 0) {
+        g_autofree char *asize = size_to_str(info->actual_size);
+        printf("disk size: %s\n", asize);
+    } else {
+        printf("disk size: unavailable\n");
+    }
+    if (info->cluster_size > 0) {
+        printf("cluster_size: %" G_GINT64_FORMAT "\n", info->cluster_size);
+    }
+    if (info->backing_file) {
+        printf("backing file: %s\n", info->backing_file);
+    }
+    if (info->backing_format) {
+        printf("backing file format: %s\n", info->backing_format);
+    }
+    if (info->specific && info->specific->len) {
+        printf("Format specific information:\n");
+        for (guint i = 0; i < info->specific->len; i++) {
+            printf("    %s\n", (char *)g_ptr_array_index(info->specific, i));
+        }
+    }
+}
+
+static void info_print_json(const char *filename, BlockImageInfo *info)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "virtual-size");
+    json_builder_add_int_value(b, info->virtual_size);
+    json_builder_set_member_name(b, "filename");
+    json_builder_add_string_value(b, filename);
+    if (info->cluster_size > 0) {
+        json_builder_set_member_name(b, "cluster-size");
+        json_builder_add_int_value(b, info->cluster_size);
+    }
+    json_builder_set_member_name(b, "format");
+    json_builder_add_string_value(b, info->format);
+    if (info->actual_size >= 0) {
+        json_builder_set_member_name(b, "actual-size");
+        json_builder_add_int_value(b, info->actual_size);
+    }
+    if (info->backing_file) {
+        json_builder_set_member_name(b, "backing-filename");
+        json_builder_add_string_value(b, info->backing_file);
+    }
+    if (info->backing_format) {
+        json_builder_set_member_name(b, "backing-filename-format");
+        json_builder_add_string_value(b, info->backing_format);
+    }
+    json_builder_set_member_name(b, "dirty-flag");
+    json_builder_add_boolean_value(b, FALSE);
+    json_builder_end_object(b);
+    tool_print_json(json_builder_get_root(b), true);
+}
+
+int cmd_info(int argc, char **argv)
+{
+    g_autofree char *format = NULL;
+    g_autofree char *output = NULL;
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(BlockDriverState) bs = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockImageInfo info = { 0 };
+    bool json;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
+          "image format (default: probe)", "FMT" },
+        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
+          "output format: human (default) or json", "FMT" },
+        { NULL },
+    };
+
+    ctx = g_option_context_new("IMG");
+    g_option_context_set_summary(ctx, "Show an image's format and sizes.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_parse_output_format(output, &json) ||
+        !tool_expect_args("info", argc, 1, "one image")) {
+        return TOOL_EXIT_USAGE;
+    }
+    if (format && !bdrv_find_format(format)) {
+        tool_error("-f '%s': unknown image format", format);
+        return TOOL_EXIT_USAGE;
+    }
+    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    if (!bs) {
+        return TOOL_EXIT_USAGE;
+    }
+    if (!bdrv_get_info(bs, &info, &err)) {
+        tool_error("%s", err->message);
+        return TOOL_EXIT_FAILURE;
+    }
+    if (json) {
+        info_print_json(argv[1], &info);
+    } else {
+        info_print_human(argv[1], &info);
+    }
+    bdrv_image_info_clear(&info);
+    return TOOL_EXIT_OK;
+}

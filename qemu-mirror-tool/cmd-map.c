@@ -1,1 +1,179 @@
-/* stub */
+/*
+ * mirror-tool map: which parts of an image hold data, like qemu-img map.
+ *
+ * Block status is asked for in large windows on the main loop; adjacent
+ * extents with the same status (and contiguous host offsets) are merged.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+#include "util/cutils.h"
+
+#include <json-glib/json-glib.h>
+#include <stdio.h>
+
+#define MAP_WINDOW (1 * GiB)
+
+typedef struct MapState {
+    BlockDriverState *bs;
+    const char *filename;
+    bool json;
+    bool done;
+    int ret;
+    int64_t pos;
+    GArray *extents;
+    BlockExtent cur;        /* pending merged extent (length 0: none) */
+    bool first_json;
+    bool human_header;
+} MapState;
+
+static bool map_same(const BlockExtent *a, const BlockExtent *b)
+{
+    unsigned mask = BDRV_BLOCK_DATA | BDRV_BLOCK_ZERO |
+                    BDRV_BLOCK_ALLOCATED | BDRV_BLOCK_OFFSET_VALID;
+
+    if ((a->flags & mask) != (b->flags & mask) || a->depth != b->depth) {
+        return false;
+    }
+    if (a->flags & BDRV_BLOCK_OFFSET_VALID) {
+        return a->host_offset + a->length == b->host_offset;
+    }
+    return true;
+}
+
+static void map_print(MapState *m, const BlockExtent *e)
+{
+    if (m->json) {
+        printf("%s{ \"start\": %" G_GINT64_FORMAT ", \"length\": %"
+               G_GINT64_FORMAT ", \"depth\": %d, \"present\": %s, "
+               "\"zero\": %s, \"data\": %s",
+               m->first_json ? "[" : ",\n", e->offset, e->length, e->depth,
+               e->flags & BDRV_BLOCK_ALLOCATED ? "true" : "false",
+               e->flags & BDRV_BLOCK_ZERO ? "true" : "false",
+               e->flags & BDRV_BLOCK_DATA ? "true" : "false");
+        if (e->flags & BDRV_BLOCK_OFFSET_VALID) {
+            printf(", \"offset\": %" G_GINT64_FORMAT, e->host_offset);
+        }
+        printf("}");
+        m->first_json = false;
+        return;
+    }
+    if (!m->human_header) {
+        printf("%-16s%-16s%-16s%s\n", "Offset", "Length", "Mapped to",
+               "File");
+        m->human_header = true;
+    }
+    if ((e->flags & BDRV_BLOCK_DATA) &&
+        (e->flags & BDRV_BLOCK_OFFSET_VALID)) {
+        printf("%#-16" G_GINT64_MODIFIER "x%#-16" G_GINT64_MODIFIER
+               "x%#-16" G_GINT64_MODIFIER "x%s\n", e->offset, e->length,
+               e->host_offset, m->filename);
+    }
+}
+
+static void map_add(MapState *m, const BlockExtent *e)
+{
+    if (m->cur.length && map_same(&m->cur, e)) {
+        m->cur.length += e->length;
+        return;
+    }
+    if (m->cur.length) {
+        map_print(m, &m->cur);
+    }
+    m->cur = *e;
+}
+
+static void map_next(MapState *m);
+
+static void map_status_cb(void *opaque, int ret)
+{
+    MapState *m = opaque;
+
+    if (ret < 0) {
+        m->ret = ret;
+        m->done = true;
+        return;
+    }
+    for (guint i = 0; i < m->extents->len; i++) {
+        BlockExtent *e = &g_array_index(m->extents, BlockExtent, i);
+
+        map_add(m, e);
+        m->pos = e->offset + e->length;
+    }
+    g_array_set_size(m->extents, 0);
+    map_next(m);
+}
+
+static void map_next(MapState *m)
+{
+    int64_t len = bdrv_getlength(m->bs);
+
+    if (m->pos >= len) {
+        if (m->cur.length) {
+            map_print(m, &m->cur);
+        }
+        m->done = true;
+        return;
+    }
+    bdrv_aio_block_status(m->bs, m->pos, MIN(MAP_WINDOW, len - m->pos),
+                          m->extents, map_status_cb, m);
+}
+
+int cmd_map(int argc, char **argv)
+{
+    g_autofree char *format = NULL;
+    g_autofree char *output = NULL;
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(BlockDriverState) bs = NULL;
+    MapState m = { 0 };
+    bool json;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
+          "image format (default: probe)", "FMT" },
+        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
+          "output format: human (default) or json", "FMT" },
+        { NULL },
+    };
+
+    ctx = g_option_context_new("IMG");
+    g_option_context_set_summary(ctx,
+        "Show which parts of an image hold data, which read as zero,\n"
+        "and where the data lives.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_parse_output_format(output, &json) ||
+        !tool_expect_args("map", argc, 1, "one image")) {
+        return TOOL_EXIT_USAGE;
+    }
+    if (format && !bdrv_find_format(format)) {
+        tool_error("-f '%s': unknown image format", format);
+        return TOOL_EXIT_USAGE;
+    }
+    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    if (!bs) {
+        return TOOL_EXIT_USAGE;
+    }
+
+    m.bs = bs;
+    m.filename = argv[1];
+    m.json = json;
+    m.first_json = true;
+    m.extents = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    map_next(&m);
+    tool_run_until(&m.done);
+    g_array_unref(m.extents);
+    if (m.ret < 0) {
+        fflush(stdout);
+        tool_error("block status of '%s' failed at offset %" G_GINT64_FORMAT
+                   ": %s", argv[1], m.pos, g_strerror(-m.ret));
+        return TOOL_EXIT_FAILURE;
+    }
+    if (json) {
+        printf(m.first_json ? "[]\n" : "]\n");
+    } else if (!m.human_header) {
+        printf("%-16s%-16s%-16s%s\n", "Offset", "Length", "Mapped to",
+               "File");
+    }
+    return TOOL_EXIT_OK;
+}

@@ -1,1 +1,64 @@
-int main(void) { return 0; }
+/*
+ * mirror-tool: the command table.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+
+#include <locale.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct ToolCommand {
+    const char *name;
+    const char *summary;
+    ToolCommandFunc *run;
+} ToolCommand;
+
+static const ToolCommand tool_commands[] = {
+    { "convert", "copy an image, like qemu-img convert", cmd_convert },
+    { "info", "show an image's format and sizes", cmd_info },
+    { "map", "show which parts of an image hold data", cmd_map },
+};
+
+static void tool_print_usage(FILE *out)
+{
+    fprintf(out, "Usage: mirror-tool [--version] COMMAND [OPTIONS] ...\n\n"
+                 "Commands:\n");
+    for (size_t i = 0; i < G_N_ELEMENTS(tool_commands); i++) {
+        fprintf(out, "  %-10s %s\n", tool_commands[i].name,
+                tool_commands[i].summary);
+    }
+    fprintf(out, "\n'mirror-tool COMMAND --help' describes a command.\n"
+                 "Set G_MESSAGES_DEBUG=all (or mirror-block, mirror-tool) "
+                 "for debug messages.\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *name;
+
+    setlocale(LC_ALL, "");
+    if (argc < 2) {
+        tool_print_usage(stderr);
+        return TOOL_EXIT_USAGE;
+    }
+    name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") ||
+        !strcmp(name, "help")) {
+        tool_print_usage(stdout);
+        return TOOL_EXIT_OK;
+    }
+    if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+        printf("mirror-tool %s\n", QEMU_MIRROR_VERSION);
+        return TOOL_EXIT_OK;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(tool_commands); i++) {
+        if (!strcmp(name, tool_commands[i].name)) {
+            return tool_commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    tool_error("unknown command '%s' (try 'mirror-tool --help')", name);
+    return TOOL_EXIT_USAGE;
+}

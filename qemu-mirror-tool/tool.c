@@ -1,1 +1,114 @@
-/* stub */
+/*
+ * mirror-tool: helpers shared by the subcommands.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+
+#include <json-glib/json-glib.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+void tool_error(const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mirror-tool: %s\n", msg);
+}
+
+bool tool_parse_options(GOptionContext *ctx, int *argc, char ***argv)
+{
+    g_autoptr(GError) err = NULL;
+
+    if (!g_option_context_parse(ctx, argc, argv, &err)) {
+        tool_error("%s (try '%s --help')", err->message, (*argv)[0]);
+        return false;
+    }
+    return true;
+}
+
+bool tool_expect_args(const char *command, int argc, int n,
+                      const char *what)
+{
+    if (argc - 1 == n) {
+        return true;
+    }
+    tool_error("%s: expected %s (try 'mirror-tool %s --help')", command,
+               what, command);
+    return false;
+}
+
+bool tool_parse_output_format(const char *value, bool *json)
+{
+    if (!value || !strcmp(value, "human")) {
+        *json = false;
+    } else if (!strcmp(value, "json")) {
+        *json = true;
+    } else {
+        tool_error("--output '%s': expected human or json", value);
+        return false;
+    }
+    return true;
+}
+
+void tool_run_until(bool *done)
+{
+    while (!*done) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+}
+
+GHashTable *tool_parse_kv_options(const char *what, const char *str)
+{
+    g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
+                                                       g_str_equal,
+                                                       g_free, g_free);
+    g_auto(GStrv) parts = g_strsplit(str, ",", -1);
+
+    for (int i = 0; parts[i]; i++) {
+        char *eq = strchr(parts[i], '=');
+
+        if (!eq || eq == parts[i]) {
+            tool_error("%s '%s': expected key=value", what, parts[i]);
+            return NULL;
+        }
+        *eq = '\0';
+        g_hash_table_replace(opts, g_strdup(parts[i]), g_strdup(eq + 1));
+    }
+    return g_steal_pointer(&opts);
+}
+
+BlockDriverState *tool_open_image(const char *role, const char *spec,
+                                  const char *format, int flags,
+                                  GHashTable *options)
+{
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs = bdrv_open(spec, format, flags, options, &err);
+
+    if (!bs) {
+        if (role) {
+            tool_error("%s: %s", role, err->message);
+        } else {
+            tool_error("%s", err->message);
+        }
+    }
+    return bs;
+}
+
+void tool_print_json(JsonNode *node, bool pretty)
+{
+    g_autoptr(JsonGenerator) gen = json_generator_new();
+    g_autofree char *text = NULL;
+
+    json_generator_set_root(gen, node);
+    json_generator_set_pretty(gen, pretty);
+    json_generator_set_indent(gen, 4);
+    text = json_generator_to_data(gen, NULL);
+    printf("%s\n", text);
+    json_node_unref(node);
+}

@@ -32,6 +32,12 @@
 #define CUTILS_ERROR (cutils_error_quark())
 GQuark cutils_error_quark(void);
 
+/* Error codes in CUTILS_ERROR */
+typedef enum {
+    CUTILS_ERROR_INVALID = 1,   /* malformed: not a size or number at all */
+    CUTILS_ERROR_RANGE,         /* well-formed, but too large or out of range */
+} CutilsError;
+
 /*
  * Parse @str as a size in bytes into *@value.  @what names the option in
  * the error ("--chunk-size"); errors read

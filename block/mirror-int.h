@@ -1,0 +1,152 @@
+/*
+ * Mirror job internals shared by block/mirror.c (scheduling, state,
+ * errors) and block/mirror-op.c (the life of one operation).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_INT_H
+#define BLOCK_MIRROR_INT_H
+
+#include "block/dirty-bitmap.h"
+#include "block/mirror.h"
+#include "util/cutils.h"
+#include "util/hbitmap.h"
+#include "util/ratelimit.h"
+
+#include <stddef.h>
+
+#ifndef container_of
+#define container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+/* Largest zero operation (no buffer behind it). */
+#define MIRROR_MAX_ZERO_BYTES   (1 * GiB)
+
+typedef enum MirrorMethod {
+    MIRROR_METHOD_COPY,     /* read the source, write the target */
+    MIRROR_METHOD_ZERO,     /* write zeroes to the target */
+    MIRROR_METHOD_SKIP,     /* nothing to do (no operation is created) */
+} MirrorMethod;
+
+typedef struct MirrorJob MirrorJob;
+
+typedef struct MirrorOp {
+    MirrorJob *s;
+    MirrorMethod method;
+    int64_t offset;
+    int64_t bytes;
+    uint8_t *buf;               /* COPY: one pool buffer */
+    bool target_was_zero;       /* the target read as zero here */
+    bool write_ready;           /* in order: read done, waiting its turn */
+    bool in_order_queue;
+    GList link;                 /* in s->ops */
+    GList order_link;           /* in s->order */
+
+    /* Writing a COPY in pieces (sparse detection). */
+    int64_t write_pos;          /* next byte to write */
+    int64_t piece_offset;       /* the piece in flight */
+    int64_t piece_bytes;
+    MirrorMethod piece_method;
+} MirrorOp;
+
+struct MirrorJob {
+    Job common;
+
+    BlockDriverState *src;
+    BlockDriverState *dst;
+    int64_t len;                /* of the source: what is copied */
+    int64_t len_dst;
+
+    /* parameters, resolved */
+    MirrorSyncMode sync;
+    MirrorCopyMode copy_mode;
+    BlockdevOnError on_source_error;
+    BlockdevOnError on_target_error;
+    int64_t granularity;
+    int64_t chunk_size;
+    int64_t buf_size;
+    int max_in_flight;
+    int64_t sparse_size;
+    bool in_order;
+    bool auto_complete;
+    bool allocate_zeroes;
+    bool target_zero;           /* the target started out all zero */
+
+    /* what is left to copy, and what is being copied */
+    DirtyBitmap *dirty;
+    HBitmap *in_flight_bitmap;  /* granules covered by an operation */
+    HBitmap *zero_bitmap;       /* granules known zero on the target */
+    int64_t cursor;             /* where the next pass resumes */
+    uint64_t passes;
+
+    /* operations in flight */
+    GQueue ops;                 /* MirrorOp, in creation order */
+    GQueue order;               /* in order: ops whose write is not out */
+    int in_flight;
+    int64_t op_bytes_in_flight; /* COPY bytes: the buf-size budget */
+
+    /* data buffers: max_bufs of buf_elem_size bytes */
+    GPtrArray *free_bufs;
+    int nb_bufs;
+    int max_bufs;
+    int64_t buf_elem_size;
+    size_t buf_align;
+
+    /* source block status window */
+    GArray *status;             /* BlockExtent over [status_start, _end) */
+    int64_t status_start;
+    int64_t status_end;
+    guint status_idx;
+    GArray *status_new;
+    bool status_pending;
+    int64_t status_fetch_offset;
+
+    /* flush */
+    bool flush_in_flight;
+    uint64_t writes_since_flush;
+    uint64_t flush_mark;
+
+    RateLimit limit;
+    GSource *rate_timer;
+    GSource *kick;
+    bool pumping;
+
+    bool should_complete;
+    bool finished;
+    int ret;                    /* first reported error */
+    char *error_detail;
+    uint64_t errors;
+    bool iostatus_failed;
+    bool iostatus_nospace;
+    int64_t start_ns;
+
+    int64_t stats_copied;
+    int64_t stats_zeroed;
+    int64_t stats_skipped;
+};
+
+/* mirror.c */
+void mirror_pump(MirrorJob *s);
+void mirror_kick(MirrorJob *s);
+void mirror_check_state(MirrorJob *s);
+void mirror_status_invalidate(MirrorJob *s);
+void mirror_buf_put(MirrorJob *s, uint8_t *buf);
+void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                  int64_t bytes);
+bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
+                         const MirrorParams *p, int64_t granularity,
+                         int64_t chunk, int64_t buf_size, int max_in_flight,
+                         GError **errp);
+
+/* mirror-op.c */
+
+/*
+ * Start an operation over [offset, offset + bytes), whose dirty bits the
+ * caller has just cleared.  COPY takes ownership of @buf (a pool buffer).
+ */
+void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
+                     int64_t bytes, uint8_t *buf);
+
+#endif /* BLOCK_MIRROR_INT_H */

@@ -1,0 +1,254 @@
+/*
+ * The life of one mirror operation: read the source into a pool buffer,
+ * wait for its turn when writes go out in order, write the target (in
+ * pieces when zero runs of the data become zero writes), then retire.
+ *
+ * A failed operation dirties its whole range again before the error policy
+ * runs, so nothing is lost whatever the policy does next.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror-int.h"
+
+#include <errno.h>
+
+/* Remove @op from the books and free it. */
+static void mirror_op_retire(MirrorOp *op)
+{
+    MirrorJob *s = op->s;
+
+    g_queue_unlink(&s->ops, &op->link);
+    if (op->in_order_queue) {
+        g_queue_unlink(&s->order, &op->order_link);
+    }
+    s->in_flight--;
+    if (op->method == MIRROR_METHOD_COPY) {
+        s->op_bytes_in_flight -= op->bytes;
+        mirror_buf_put(s, op->buf);
+    }
+    hbitmap_reset(s->in_flight_bitmap, op->offset, op->bytes);
+    g_free(op);
+}
+
+static void mirror_op_done(MirrorOp *op)
+{
+    MirrorJob *s = op->s;
+
+    s->common.progress_current += op->bytes;
+    mirror_op_retire(op);
+    mirror_pump(s);
+}
+
+/*
+ * @op failed (or is dropped because of a cancel): make its range dirty
+ * again, apply the error policy when there was an error, retire it.
+ */
+static void mirror_op_failed(MirrorOp *op, bool is_read, int ret,
+                             int64_t offset, int64_t bytes)
+{
+    MirrorJob *s = op->s;
+
+    dirty_bitmap_set(s->dirty, op->offset, op->bytes);
+    if (ret < 0) {
+        mirror_error(s, is_read, ret, offset, bytes);
+    }
+    mirror_op_retire(op);
+    mirror_pump(s);
+}
+
+/* ---- writing ---- */
+
+static void mirror_write_next(MirrorOp *op);
+
+static void mirror_write_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+
+    if (ret < 0) {
+        mirror_op_failed(op, false, ret, op->piece_offset, op->piece_bytes);
+        return;
+    }
+    if (op->piece_method == MIRROR_METHOD_ZERO) {
+        s->stats_zeroed += op->piece_bytes;
+        if (s->zero_bitmap && op->method == MIRROR_METHOD_ZERO) {
+            hbitmap_set(s->zero_bitmap, op->offset, op->bytes);
+        }
+    } else {
+        s->stats_copied += op->piece_bytes;
+    }
+    mirror_write_next(op);
+}
+
+/*
+ * Sparse detection: the length of the run of @s->sparse_size blocks at
+ * @pos (up to @end) that are all zero, or all not zero, in @op's buffer.
+ * Partial blocks at the ends count as data, except at the image end.
+ */
+static int64_t mirror_sparse_run(MirrorOp *op, int64_t pos, int64_t end,
+                                 bool *zero)
+{
+    MirrorJob *s = op->s;
+    int64_t bs = s->sparse_size;
+    int64_t p = pos;
+    bool first = true;
+
+    while (p < end) {
+        int64_t bend = MIN(QEMU_ALIGN_DOWN(p, bs) + bs, end);
+        bool whole = bend - p == bs || bend == s->len;
+        bool z = whole && buffer_is_zero(op->buf + (p - op->offset),
+                                         bend - p);
+
+        if (first) {
+            *zero = z;
+            first = false;
+        } else if (z != *zero) {
+            break;
+        }
+        p = bend;
+    }
+    return p - pos;
+}
+
+static void mirror_write_next(MirrorOp *op)
+{
+    MirrorJob *s = op->s;
+    int64_t end = op->offset + op->bytes;
+    int64_t pos = op->write_pos;
+    int64_t len;
+    bool zero;
+
+    if (pos >= end) {
+        mirror_op_done(op);
+        return;
+    }
+    s->writes_since_flush++;
+    op->piece_offset = pos;
+
+    if (op->method == MIRROR_METHOD_ZERO) {
+        op->write_pos = end;
+        op->piece_bytes = op->bytes;
+        op->piece_method = MIRROR_METHOD_ZERO;
+        bdrv_aio_pwrite_zeroes(s->dst, pos, op->bytes, BDRV_REQ_MAY_UNMAP,
+                               mirror_write_cb, op);
+        return;
+    }
+
+    len = end - pos;
+    zero = false;
+    if (s->sparse_size) {
+        len = mirror_sparse_run(op, pos, end, &zero);
+    }
+    /* Zero runs on a target known to be zero need no write at all. */
+    while (zero && op->target_was_zero) {
+        s->stats_skipped += len;
+        pos += len;
+        op->write_pos = pos;
+        if (pos >= end) {
+            mirror_op_done(op);
+            return;
+        }
+        len = mirror_sparse_run(op, pos, end, &zero);
+    }
+    op->write_pos = pos + len;
+    op->piece_offset = pos;
+    op->piece_bytes = len;
+    if (zero) {
+        op->piece_method = MIRROR_METHOD_ZERO;
+        bdrv_aio_pwrite_zeroes(s->dst, pos, len, BDRV_REQ_MAY_UNMAP,
+                               mirror_write_cb, op);
+    } else {
+        op->piece_method = MIRROR_METHOD_COPY;
+        bdrv_aio_pwrite(s->dst, pos, len, op->buf + (pos - op->offset), 0,
+                        mirror_write_cb, op);
+    }
+}
+
+static void mirror_write_start(MirrorOp *op)
+{
+    if (job_is_cancelled(&op->s->common)) {
+        /* A force cancel drops what has not been written yet. */
+        mirror_op_failed(op, false, 0, 0, 0);
+        return;
+    }
+    op->write_pos = op->offset;
+    mirror_write_next(op);
+}
+
+/* In order: send out every write whose turn has come. */
+static void mirror_write_in_order(MirrorJob *s)
+{
+    GList *head;
+
+    while ((head = s->order.head) &&
+           ((MirrorOp *)head->data)->write_ready) {
+        MirrorOp *op = head->data;
+
+        g_queue_unlink(&s->order, head);
+        op->in_order_queue = false;
+        mirror_write_start(op);
+    }
+}
+
+static void mirror_write_when_ready(MirrorOp *op)
+{
+    if (op->in_order_queue) {
+        op->write_ready = true;
+        mirror_write_in_order(op->s);
+    } else {
+        mirror_write_start(op);
+    }
+}
+
+/* ---- reading ---- */
+
+static void mirror_read_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+
+    if (ret < 0) {
+        MirrorJob *s = op->s;
+
+        mirror_op_failed(op, true, ret, op->offset, op->bytes);
+        if (s->in_order) {
+            mirror_write_in_order(s);
+        }
+        return;
+    }
+    mirror_write_when_ready(op);
+}
+
+void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
+                     int64_t bytes, uint8_t *buf)
+{
+    MirrorOp *op = g_new0(MirrorOp, 1);
+
+    op->s = s;
+    op->method = method;
+    op->offset = offset;
+    op->bytes = bytes;
+    op->buf = buf;
+    op->link.data = op;
+    op->order_link.data = op;
+    g_queue_push_tail_link(&s->ops, &op->link);
+    s->in_flight++;
+    hbitmap_set(s->in_flight_bitmap, offset, bytes);
+    if (s->in_order) {
+        g_queue_push_tail_link(&s->order, &op->order_link);
+        op->in_order_queue = true;
+    }
+
+    if (method == MIRROR_METHOD_COPY) {
+        s->op_bytes_in_flight += bytes;
+        if (s->zero_bitmap) {
+            op->target_was_zero = hbitmap_count_between(s->zero_bitmap,
+                                                        offset, bytes) ==
+                                  (uint64_t)bytes;
+            hbitmap_reset(s->zero_bitmap, offset, bytes);
+        }
+        bdrv_aio_pread(s->src, offset, bytes, buf, 0, mirror_read_cb, op);
+    } else {
+        mirror_write_when_ready(op);
+    }
+}

@@ -1,0 +1,117 @@
+/*
+ * The mirror job: the one copy engine of qemu-mirror.
+ *
+ * It copies a source node onto a target node of the same length, driven by
+ * a dirty bitmap: the bulk stage marks the whole source dirty (sync=full)
+ * and walks it in ascending order, asking the source's block status lazily
+ * so that holes and zeroes become write-zeroes (or nothing, when the target
+ * is known to read as zero) and data becomes copies; the sync stage copies
+ * whatever gets dirtied again.  Each data I/O is at most chunk-size bytes,
+ * consecutive dirty granules coalesce up to that, and at most
+ * max-in-flight operations and buf-size bytes of data are in flight.
+ *
+ * `mirror-tool convert` is this job with sync=full and auto-complete; its
+ * in-order mode submits writes in offset order.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_H
+#define BLOCK_MIRROR_H
+
+#include "block/block.h"
+#include "block/job.h"
+
+#define MIRROR_DEFAULT_CHUNK_SIZE    (1 << 20)      /* MAX_IO_BYTES */
+#define MIRROR_DEFAULT_MAX_IN_FLIGHT 16             /* MAX_IN_FLIGHT */
+#define MIRROR_DEFAULT_BUF_SIZE      (16 << 20)
+#define MIRROR_MAX_IN_FLIGHT_LIMIT   1024
+#define MIRROR_MIN_GRANULARITY       512
+#define MIRROR_MAX_GRANULARITY       (64 << 20)
+#define MIRROR_MIN_CHUNK_SIZE        (4 << 10)
+#define MIRROR_MAX_CHUNK_SIZE        (64 << 20)
+
+typedef enum MirrorSyncMode {
+    MIRROR_SYNC_MODE_FULL,
+    MIRROR_SYNC_MODE_TOP,
+    MIRROR_SYNC_MODE_NONE,
+} MirrorSyncMode;
+
+typedef enum MirrorCopyMode {
+    MIRROR_COPY_MODE_BACKGROUND,
+    MIRROR_COPY_MODE_WRITE_BLOCKING,
+} MirrorCopyMode;
+
+/* on-source-error / on-target-error */
+typedef enum BlockdevOnError {
+    BLOCKDEV_ON_ERROR_REPORT,
+    BLOCKDEV_ON_ERROR_IGNORE,
+    BLOCKDEV_ON_ERROR_STOP,
+    BLOCKDEV_ON_ERROR_ENOSPC,
+} BlockdevOnError;
+
+typedef struct MirrorParams {
+    MirrorSyncMode sync;
+    int64_t granularity;        /* 0: target cluster size in [4K, 64K],
+                                 * else 64K */
+    int64_t buf_size;           /* bytes of data in flight; 0: 16 MiB */
+    int64_t chunk_size;         /* cap on one data I/O; 0: 1 MiB */
+    int max_in_flight;          /* operations in flight; 0: 16 */
+    int64_t speed;              /* bytes/s, 0 = unlimited */
+    MirrorCopyMode copy_mode;
+    BlockdevOnError on_source_error;
+    BlockdevOnError on_target_error;
+
+    bool target_is_zero;        /* the target reads as zeroes already */
+    bool allocate_zeroes;       /* copy zero extents as data, for a fully
+                                 * allocated target (qemu-img -S 0) */
+    int64_t sparse_size;        /* turn zero runs of data into zero writes
+                                 * at this granularity; 0 = off */
+    bool in_order;              /* submit writes in offset order */
+    bool auto_complete;         /* complete as soon as READY */
+    bool allow_larger_target;   /* copy onto the start of a larger target
+                                 * (convert -n), instead of refusing */
+} MirrorParams;
+
+/* Counters for summaries and query-block-jobs. */
+typedef struct MirrorStats {
+    int64_t len;                /* image length */
+    int64_t bytes_copied;       /* data written to the target */
+    int64_t bytes_zeroed;       /* zeroed on the target */
+    int64_t bytes_skipped;      /* known zero on both sides: no I/O */
+    int64_t dirty_bytes;        /* still to copy */
+    int64_t in_flight_bytes;    /* bytes of operations in flight */
+    int in_flight;              /* operations in flight */
+    int64_t granularity;
+    int64_t chunk_size;
+    int64_t buf_size;
+    int max_in_flight;
+    bool in_sync;               /* nothing dirty, nothing in flight */
+} MirrorStats;
+
+/* Fill @p with QEMU's defaults (all the 0 = default fields stay 0). */
+void mirror_params_init(MirrorParams *p);
+
+/*
+ * Create a mirror job copying @src to @dst under job id @id.  Checks the
+ * parameters (granularity a power of 2 in [512, 64M], chunk size a power
+ * of 2 in [4K, 64M], max-in-flight in [1, 1024], buf-size >= 0) and the
+ * nodes (same length, @dst writable, not the same node).  Returns the job
+ * (CREATED, not started; start it with job_start()) or NULL with @errp set.
+ * The job holds references to both nodes until it is freed.
+ */
+Job *mirror_job_new(const char *id, BlockDriverState *src,
+                    BlockDriverState *dst, const MirrorParams *p,
+                    GError **errp);
+
+/* Counters of a mirror job. */
+void mirror_get_stats(Job *job, MirrorStats *stats);
+
+/*
+ * What went wrong, with the operation, offset, length and image, when the
+ * job failed with an I/O error ("write error at offset 4194304 (length
+ * 1048576) of 'x': Input/output error"); NULL otherwise.
+ */
+const char *mirror_get_error_detail(Job *job);
+
+#endif /* BLOCK_MIRROR_H */

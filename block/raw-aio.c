@@ -1,0 +1,490 @@
+/*
+ * Raw driver, data path: each request runs on a worker of the shared
+ * thread pool with blocking system calls (preadv/pwritev, fallocate,
+ * BLKZEROOUT, fdatasync, lseek SEEK_DATA/SEEK_HOLE); its completion comes
+ * back to the main loop.  Workers only share the BDRVRawState, and of it
+ * they only write `unsupported`, atomically.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/raw-int.h"
+#include "block/thread-pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+typedef enum RawOp {
+    RAW_OP_READ,
+    RAW_OP_WRITE,
+    RAW_OP_ZEROES,
+    RAW_OP_DISCARD,
+    RAW_OP_FLUSH,
+    RAW_OP_STATUS,
+} RawOp;
+
+/* One request in flight; the completion frees it. */
+typedef struct RawRequest {
+    BDRVRawState *s;
+    RawOp op;
+    int64_t offset;
+    int64_t bytes;
+    void *buf;                  /* RAW_OP_READ / RAW_OP_WRITE */
+    BdrvRequestFlags flags;
+    GArray *found;              /* RAW_OP_STATUS: filled by the worker */
+    GArray *extents;            /* RAW_OP_STATUS: the caller's, main loop */
+    BlockCompletionFunc *cb;
+    void *opaque;
+} RawRequest;
+
+static bool raw_unsupported(BDRVRawState *s, int method)
+{
+    return g_atomic_int_get(&s->unsupported) & method;
+}
+
+static void raw_set_unsupported(BDRVRawState *s, int method)
+{
+    g_atomic_int_or(&s->unsupported, method);
+}
+
+/* ---- Worker side: blocking system calls, 0 or -errno ---- */
+
+/*
+ * Read @bytes at @offset; whatever lies past the end of the file reads as
+ * zero.  @dio_align is the O_DIRECT alignment of @fd or 0: an O_DIRECT read
+ * that stops inside a block has reached the end of the file.
+ */
+static int raw_pread_full(int fd, uint8_t *buf, int64_t bytes,
+                          int64_t offset, uint32_t dio_align)
+{
+    int64_t done = 0;
+
+    while (done < bytes) {
+        ssize_t n = pread(fd, buf + done, bytes - done, offset + done);
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        if (n == 0) {
+            break;
+        }
+        done += n;
+        if (dio_align && !QEMU_IS_ALIGNED(n, dio_align)) {
+            break;
+        }
+    }
+    memset(buf + done, 0, bytes - done);
+    return 0;
+}
+
+/* Write all of @buf at @offset, passing @rwf (RWF_*) to every call. */
+int raw_pwrite_full(int fd, const uint8_t *buf, int64_t bytes,
+                    int64_t offset, int rwf)
+{
+    int64_t done = 0;
+
+    while (done < bytes) {
+        struct iovec iov = {
+            .iov_base = (void *)(buf + done),
+            .iov_len = bytes - done,
+        };
+        ssize_t n = pwritev2(fd, &iov, 1, offset + done, rwf);
+
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        if (n == 0) {
+            return -ENOSPC;
+        }
+        done += n;
+    }
+    return 0;
+}
+
+static int raw_fdatasync(int fd)
+{
+    int r;
+
+    do {
+        r = fdatasync(fd);
+    } while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : 0;
+}
+
+/* A write that is durable on return when @fua is set. */
+static int raw_pwrite_fua(BDRVRawState *s, int fd, const uint8_t *buf,
+                          int64_t bytes, int64_t offset, bool fua)
+{
+    int ret;
+
+    if (fua && !raw_unsupported(s, RAW_NO_RWF_DSYNC)) {
+        ret = raw_pwrite_full(fd, buf, bytes, offset, RWF_DSYNC);
+        if (ret != -EOPNOTSUPP) {
+            return ret;
+        }
+        raw_set_unsupported(s, RAW_NO_RWF_DSYNC);
+    }
+    ret = raw_pwrite_full(fd, buf, bytes, offset, 0);
+    if (ret == 0 && fua) {
+        ret = raw_fdatasync(fd);
+    }
+    return ret;
+}
+
+/*
+ * Read or write.  Under cache=none a request that ends at an unaligned end
+ * of file goes to @fd up to the last whole block and to @tail_fd after it.
+ */
+static int raw_do_rw(RawRequest *req)
+{
+    BDRVRawState *s = req->s;
+    int64_t head = req->bytes;
+    uint8_t *buf = req->buf;
+    bool fua = req->flags & BDRV_REQ_FUA;
+    int ret = 0;
+
+    if (s->tail_fd >= 0) {
+        head = QEMU_ALIGN_DOWN(req->bytes, (int64_t)s->dio_align);
+    }
+    if (head > 0) {
+        if (req->op == RAW_OP_READ) {
+            ret = raw_pread_full(s->fd, buf, head, req->offset, s->dio_align);
+        } else {
+            ret = raw_pwrite_fua(s, s->fd, buf, head, req->offset, fua);
+        }
+    }
+    if (ret == 0 && head < req->bytes) {
+        if (req->op == RAW_OP_READ) {
+            ret = raw_pread_full(s->tail_fd, buf + head, req->bytes - head,
+                                 req->offset + head, 0);
+        } else {
+            ret = raw_pwrite_fua(s, s->tail_fd, buf + head,
+                                 req->bytes - head, req->offset + head, fua);
+        }
+    }
+    return ret;
+}
+
+/*
+ * fallocate() with @mode, unless @method is known unsupported.  Returns
+ * -ENOTSUP for an unsupported method and remembers it.
+ */
+static int raw_fallocate(BDRVRawState *s, int method, int mode,
+                         int64_t offset, int64_t bytes)
+{
+    int r;
+
+    if (raw_unsupported(s, method)) {
+        return -ENOTSUP;
+    }
+    do {
+        r = fallocate(s->fd, mode, offset, bytes);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) {
+        return 0;
+    }
+    if (errno == EOPNOTSUPP || errno == ENOSYS) {
+        raw_set_unsupported(s, method);
+        return -ENOTSUP;
+    }
+    return -errno;
+}
+
+/* ioctl(BLKZEROOUT / BLKDISCARD), with the same conventions. */
+static int raw_blk_ioctl(BDRVRawState *s, int method, unsigned long cmd,
+                         int64_t offset, int64_t bytes)
+{
+    uint64_t range[2] = { offset, bytes };
+
+    if (raw_unsupported(s, method)) {
+        return -ENOTSUP;
+    }
+    if (ioctl(s->fd, cmd, range) == 0) {
+        return 0;
+    }
+    if (errno == EOPNOTSUPP || errno == ENOTTY) {
+        raw_set_unsupported(s, method);
+        return -ENOTSUP;
+    }
+    return -errno;
+}
+
+/*
+ * Fast zeroing, in this order: punch a hole (MAY_UNMAP only; guaranteed to
+ * read as zero on files and, through the kernel's no-fallback zeroout, on
+ * block devices); then BLKZEROOUT on block devices (unless NO_FALLBACK: the
+ * kernel may write zeroes itself) or ZERO_RANGE on files.  -ENOTSUP when
+ * nothing applies: io.c writes zeroes.
+ */
+static int raw_do_zeroes(RawRequest *req)
+{
+    BDRVRawState *s = req->s;
+    const int punch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    int ret;
+
+    if (s->is_block && ((req->offset | req->bytes) & (s->block_size - 1))) {
+        return -ENOTSUP;
+    }
+    if (req->flags & BDRV_REQ_MAY_UNMAP) {
+        ret = raw_fallocate(s, RAW_NO_PUNCH_HOLE, punch, req->offset,
+                            req->bytes);
+        if (ret != -ENOTSUP) {
+            return ret;
+        }
+    }
+    if (s->is_block) {
+        if (req->flags & BDRV_REQ_NO_FALLBACK) {
+            return -ENOTSUP;
+        }
+        return raw_blk_ioctl(s, RAW_NO_BLKZEROOUT, BLKZEROOUT, req->offset,
+                             req->bytes);
+    }
+    return raw_fallocate(s, RAW_NO_ZERO_RANGE,
+                         FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                         req->offset, req->bytes);
+}
+
+/* Advisory: an unsupported discard succeeds without doing anything. */
+static int raw_do_discard(RawRequest *req)
+{
+    BDRVRawState *s = req->s;
+    int64_t start = req->offset;
+    int64_t end = req->offset + req->bytes;
+    int ret;
+
+    if (s->is_block) {
+        start = QEMU_ALIGN_UP(start, (int64_t)s->block_size);
+        end = QEMU_ALIGN_DOWN(end, (int64_t)s->block_size);
+        if (start >= end) {
+            return 0;
+        }
+        ret = raw_blk_ioctl(s, RAW_NO_DISCARD, BLKDISCARD, start,
+                            end - start);
+    } else {
+        ret = raw_fallocate(s, RAW_NO_PUNCH_HOLE,
+                            FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                            start, end - start);
+    }
+    return ret == -ENOTSUP ? 0 : ret;
+}
+
+static int raw_do_flush(RawRequest *req)
+{
+    BDRVRawState *s = req->s;
+    int ret = raw_fdatasync(s->fd);
+
+    if (ret == 0 && s->tail_fd >= 0) {
+        ret = raw_fdatasync(s->tail_fd);
+    }
+    return ret;
+}
+
+static void raw_add_extent(GArray *found, int64_t offset, int64_t end,
+                           bool data)
+{
+    BlockExtent e = {
+        .offset = offset,
+        .length = end - offset,
+        .flags = data ? BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
+                        BDRV_BLOCK_OFFSET_VALID
+                      : BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED |
+                        BDRV_BLOCK_OFFSET_VALID,
+        .host_offset = offset,
+    };
+
+    g_array_append_val(found, e);
+}
+
+/*
+ * Walk data/hole pairs with SEEK_DATA and SEEK_HOLE from req->offset to the
+ * end of the request or of the file, whichever comes first, in at most
+ * RAW_MAX_EXTENTS extents.  Data is allocated; a hole reads as zero.  When
+ * the file system cannot tell, or the file changes under us, the rest is
+ * reported as data, which is always safe.
+ */
+static int raw_do_status(RawRequest *req)
+{
+    BDRVRawState *s = req->s;
+    int64_t pos = req->offset;
+    int64_t end = req->offset + req->bytes;
+    struct stat st;
+
+    if (s->is_block || raw_unsupported(s, RAW_NO_SEEK_DATA)) {
+        raw_add_extent(req->found, pos, end, true);
+        return 0;
+    }
+    if (fstat(s->fd, &st) < 0) {
+        return -errno;
+    }
+    if (pos >= st.st_size) {
+        /* The file shrank since it was opened: reads return zeroes. */
+        raw_add_extent(req->found, pos, end, false);
+        return 0;
+    }
+    end = MIN(end, st.st_size);
+
+    while (pos < end && req->found->len < RAW_MAX_EXTENTS) {
+        off_t data = lseek(s->fd, pos, SEEK_DATA);
+        off_t hole;
+
+        if (data < 0) {
+            if (errno == ENXIO) {
+                /* No data after @pos: a hole up to the end of the file. */
+                raw_add_extent(req->found, pos, end, false);
+                return 0;
+            }
+            if (errno == EINVAL || errno == EOPNOTSUPP) {
+                raw_set_unsupported(s, RAW_NO_SEEK_DATA);
+                break;
+            }
+            return -errno;
+        }
+        if (data > pos) {
+            raw_add_extent(req->found, pos, MIN(data, end), false);
+            pos = MIN(data, end);
+            continue;
+        }
+        hole = lseek(s->fd, pos, SEEK_HOLE);
+        if (hole < 0 && errno != ENXIO) {
+            return -errno;
+        }
+        if (hole <= pos) {
+            /* The file changed between the two calls. */
+            break;
+        }
+        raw_add_extent(req->found, pos, MIN(hole, end), true);
+        pos = MIN(hole, end);
+    }
+    if (pos < end && req->found->len < RAW_MAX_EXTENTS) {
+        raw_add_extent(req->found, pos, end, true);
+    }
+    return 0;
+}
+
+static int raw_worker(void *arg)
+{
+    RawRequest *req = arg;
+
+    switch (req->op) {
+    case RAW_OP_READ:
+    case RAW_OP_WRITE:
+        return raw_do_rw(req);
+    case RAW_OP_ZEROES:
+        return raw_do_zeroes(req);
+    case RAW_OP_DISCARD:
+        return raw_do_discard(req);
+    case RAW_OP_FLUSH:
+        return raw_do_flush(req);
+    case RAW_OP_STATUS:
+        return raw_do_status(req);
+    }
+    g_assert_not_reached();
+}
+
+/* ---- Main-loop side ---- */
+
+static void raw_complete(void *opaque, int ret)
+{
+    RawRequest *req = opaque;
+    BlockCompletionFunc *cb = req->cb;
+    void *cb_opaque = req->opaque;
+
+    if (req->found) {
+        if (ret == 0) {
+            g_array_append_vals(req->extents, req->found->data,
+                                req->found->len);
+        }
+        g_array_unref(req->found);
+    }
+    g_free(req);
+    cb(cb_opaque, ret);
+}
+
+static RawRequest *raw_request_new(BlockDriverState *bs, RawOp op,
+                                   int64_t offset, int64_t bytes,
+                                   BdrvRequestFlags flags,
+                                   BlockCompletionFunc *cb, void *opaque)
+{
+    RawRequest *req = g_new0(RawRequest, 1);
+
+    *req = (RawRequest) {
+        .s = bs->opaque, .op = op, .offset = offset, .bytes = bytes,
+        .flags = flags, .cb = cb, .opaque = opaque,
+    };
+    return req;
+}
+
+static void raw_submit(RawRequest *req)
+{
+    thread_pool_submit(thread_pool_get(), raw_worker, req, raw_complete, req);
+}
+
+void raw_aio_preadv(BlockDriverState *bs, int64_t offset,
+                    int64_t bytes, void *buf, BdrvRequestFlags flags,
+                    BlockCompletionFunc *cb, void *opaque)
+{
+    RawRequest *req = raw_request_new(bs, RAW_OP_READ, offset, bytes, flags,
+                                      cb, opaque);
+
+    req->buf = buf;
+    raw_submit(req);
+}
+
+void raw_aio_pwritev(BlockDriverState *bs, int64_t offset,
+                     int64_t bytes, const void *buf,
+                     BdrvRequestFlags flags,
+                     BlockCompletionFunc *cb, void *opaque)
+{
+    RawRequest *req = raw_request_new(bs, RAW_OP_WRITE, offset, bytes, flags,
+                                      cb, opaque);
+
+    req->buf = (void *)buf;
+    raw_submit(req);
+}
+
+void raw_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, BdrvRequestFlags flags,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    raw_submit(raw_request_new(bs, RAW_OP_ZEROES, offset, bytes, flags,
+                               cb, opaque));
+}
+
+void raw_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                      int64_t bytes, BlockCompletionFunc *cb,
+                      void *opaque)
+{
+    raw_submit(raw_request_new(bs, RAW_OP_DISCARD, offset, bytes, 0,
+                               cb, opaque));
+}
+
+void raw_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                   void *opaque)
+{
+    raw_submit(raw_request_new(bs, RAW_OP_FLUSH, 0, 0, 0, cb, opaque));
+}
+
+void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
+                          int64_t bytes, GArray *extents,
+                          BlockCompletionFunc *cb, void *opaque)
+{
+    RawRequest *req = raw_request_new(bs, RAW_OP_STATUS, offset, bytes, 0,
+                                      cb, opaque);
+
+    req->extents = extents;
+    req->found = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    raw_submit(req);
+}

@@ -1,0 +1,77 @@
+/*
+ * Raw driver internals shared by block/raw.c (open, create, info) and
+ * block/raw-aio.c (the data path on the thread pool).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_RAW_INT_H
+#define BLOCK_RAW_INT_H
+
+#include "block/block-int.h"
+#include "util/cutils.h"
+
+/* O_DIRECT alignments probed by reading, and the largest one tried. */
+#define RAW_MIN_PROBE_ALIGN 512
+#define RAW_MAX_PROBE_ALIGN 4096
+
+/* Largest value of the "align" debug option. */
+#define RAW_MAX_ALIGN (64 * MiB)
+
+/* Cap on the extents one block status request returns. */
+#define RAW_MAX_EXTENTS 256
+
+/* Write size of preallocation=full. */
+#define RAW_PREALLOC_CHUNK (1 * MiB)
+
+/*
+ * Methods the kernel refused with EOPNOTSUPP on this open file, so that
+ * later requests skip them.  Workers set them concurrently: access through
+ * g_atomic_int_* only.
+ */
+enum {
+    RAW_NO_PUNCH_HOLE = 0x01, /* fallocate(PUNCH_HOLE | KEEP_SIZE) */
+    RAW_NO_ZERO_RANGE = 0x02, /* fallocate(ZERO_RANGE) */
+    RAW_NO_BLKZEROOUT = 0x04, /* ioctl(BLKZEROOUT) */
+    RAW_NO_DISCARD    = 0x08, /* ioctl(BLKDISCARD) */
+    RAW_NO_RWF_DSYNC  = 0x10, /* pwritev2(RWF_DSYNC) */
+    RAW_NO_SEEK_DATA  = 0x20, /* lseek(SEEK_DATA / SEEK_HOLE) */
+};
+
+typedef struct BDRVRawState {
+    int fd;                     /* all I/O; has O_DIRECT with cache=none */
+    int tail_fd;                /* cache=none on a file: buffered twin of
+                                 * @fd for the partial last block; else -1 */
+    bool is_block;              /* a block device, not a regular file */
+    uint32_t block_size;        /* logical block size of a block device */
+    uint32_t dio_align;         /* O_DIRECT alignment; 0 when buffered */
+    uint32_t request_alignment;
+    uint32_t mem_alignment;
+    guint unsupported;          /* RAW_NO_*, atomic */
+} BDRVRawState;
+
+/* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying
+ * after EINTR and short writes.  Returns 0 or -errno.  Blocking. */
+int raw_pwrite_full(int fd, const uint8_t *buf, int64_t bytes,
+                    int64_t offset, int rwf);
+
+/* The data-path members of bdrv_raw (block/raw-aio.c); contracts in
+ * block/block-int.h. */
+void raw_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                    void *buf, BdrvRequestFlags flags,
+                    BlockCompletionFunc *cb, void *opaque);
+void raw_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                     const void *buf, BdrvRequestFlags flags,
+                     BlockCompletionFunc *cb, void *opaque);
+void raw_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, BdrvRequestFlags flags,
+                           BlockCompletionFunc *cb, void *opaque);
+void raw_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                      BlockCompletionFunc *cb, void *opaque);
+void raw_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                   void *opaque);
+void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
+                          int64_t bytes, GArray *extents,
+                          BlockCompletionFunc *cb, void *opaque);
+
+#endif /* BLOCK_RAW_INT_H */

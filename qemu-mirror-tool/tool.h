@@ -1,0 +1,79 @@
+/*
+ * mirror-tool: what every subcommand shares.
+ *
+ * Each subcommand lives in its own cmd-*.c, owns its GOptionContext and
+ * returns an exit code:
+ *   0    done (and verified where the command verifies)
+ *   1    an I/O or job failure
+ *   2    bad usage or bad input; nothing was written
+ *   130  stopped by SIGINT after an orderly cancel
+ *   143  stopped by SIGTERM after an orderly cancel
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef TOOL_H
+#define TOOL_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "block/block.h"
+
+enum {
+    TOOL_EXIT_OK = 0,
+    TOOL_EXIT_FAILURE = 1,
+    TOOL_EXIT_USAGE = 2,
+    TOOL_EXIT_SIGINT = 130,
+    TOOL_EXIT_SIGTERM = 143,
+};
+
+/* A subcommand: runs with argv[0] = its name; returns an exit code. */
+typedef int ToolCommandFunc(int argc, char **argv);
+
+/* Print "mirror-tool: MESSAGE" on stderr. */
+void tool_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+
+/*
+ * Parse @argv with @ctx.  On failure print the error and a hint to use
+ * --help, and return false (the caller exits with TOOL_EXIT_USAGE).
+ */
+bool tool_parse_options(GOptionContext *ctx, int *argc, char ***argv);
+
+/*
+ * Check that exactly @n positional arguments are left (argv[1..n]);
+ * otherwise print "COMMAND: expected ..." and return false.
+ */
+bool tool_expect_args(const char *command, int argc, int n,
+                      const char *what);
+
+/* "human" or "json" from --output; false with a message otherwise. */
+bool tool_parse_output_format(const char *value, bool *json);
+
+/* Iterate the default main context until *@done becomes true. */
+void tool_run_until(bool *done);
+
+/*
+ * Parse "key=value,key=value" (-o) into a new table; NULL with a message
+ * on a malformed pair.
+ */
+GHashTable *tool_parse_kv_options(const char *what, const char *str);
+
+/*
+ * Open an image for a subcommand.  A failure is printed, prefixed by
+ * @role ("source", "target") when not NULL.
+ */
+BlockDriverState *tool_open_image(const char *role, const char *spec,
+                                  const char *format, int flags,
+                                  GHashTable *options);
+
+/* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
+typedef struct _JsonNode JsonNode;
+void tool_print_json(JsonNode *node, bool pretty);
+
+ToolCommandFunc cmd_convert;
+ToolCommandFunc cmd_info;
+ToolCommandFunc cmd_map;
+
+#endif /* TOOL_H */
