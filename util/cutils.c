@@ -43,10 +43,14 @@ static void G_GNUC_PRINTF(5, 6)
 set_value_error(GError **errp, CutilsError code, const char *what,
                 const char *str, const char *fmt, ...)
 {
-    g_autofree char *quoted = quote_value(str);
+    g_autofree char *quoted = NULL;
     g_autofree char *msg = NULL;
     va_list ap;
 
+    if (!errp) {
+        return;
+    }
+    quoted = quote_value(str);
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);

@@ -40,23 +40,33 @@ typedef enum {
 
 /*
  * Parse @str as a size in bytes into *@value.  @what names the option in
- * the error ("--chunk-size"); errors read
- * "--chunk-size '3X': invalid size (use e.g. 512, 64K, 1M, 2G)".
- * Returns false with @errp set on failure; 0 is accepted here.
+ * the error ("--chunk-size"; NULL leaves it out); errors read
+ * "--chunk-size '3X': invalid size (use e.g. 512, 64K, 1M, 2G)"
+ * (CUTILS_ERROR_INVALID) or "--buf-size '16E': value too large"
+ * (CUTILS_ERROR_RANGE).  The value is quoted as typed, control characters
+ * escaped.  Returns false with @errp set on failure, leaving *@value
+ * untouched; 0 is accepted here.
  */
 bool parse_size(const char *what, const char *str, int64_t *value,
                 GError **errp);
 
 /*
  * parse_size() plus range checks: @min <= value <= @max and, when
- * @pow2 is true, a power of two.  The error names the rule, e.g.
- * "--chunk-size '3M': must be a power of 2 between 4K and 64M".
+ * @pow2 is true, a power of two.  The error (CUTILS_ERROR_RANGE) names the
+ * rule, e.g. "--chunk-size '3M': must be a power of 2 between 4K and 64M";
+ * a bound that excludes nothing is left out ("must be at least 64K",
+ * "must be a power of 2 at most 64M").  Bounds print as size_to_short_str().
  */
 bool parse_size_range(const char *what, const char *str, int64_t min,
                       int64_t max, bool pow2, int64_t *value, GError **errp);
 
-/* A plain decimal count in [@min, @max] ("-m '0': must be between 1 and
- * 64"). */
+/*
+ * A plain decimal count in [@min, @max], optionally with a leading '-'.
+ * Errors: "-m 'x': invalid number (use a decimal integer)"
+ * (CUTILS_ERROR_INVALID); "-m '0': must be between 1 and 64"
+ * (CUTILS_ERROR_RANGE, also for values beyond int64_t).  *@value is
+ * untouched on failure.
+ */
 bool parse_count(const char *what, const char *str, int64_t min, int64_t max,
                  int64_t *value, GError **errp);
 
@@ -66,7 +76,11 @@ static inline bool is_power_of_2(uint64_t n)
     return n && !(n & (n - 1));
 }
 
-/* Format @bytes for people ("1.5 GiB", "512 B"); free with g_free(). */
+/*
+ * Format @bytes for people ("1.5 GiB", "512 B"): at most 3 significant
+ * digits, in the unit that keeps the number below 1000 (so 1000 bytes is
+ * "0.977 KiB"), like qemu-img.  Locale-independent; free with g_free().
+ */
 char *size_to_str(int64_t bytes);
 
 /* Format a short size for messages ("4K", "64M", "3000"): exact value,

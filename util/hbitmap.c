@@ -45,12 +45,6 @@ static inline uint64_t mask_to(uint64_t bit)
     return ~UINT64_C(0) >> (WORD_MASK - (bit & WORD_MASK));
 }
 
-/* Mask of bits @first..@last, both in the same word. */
-static inline uint64_t mask_range(uint64_t first, uint64_t last)
-{
-    return mask_from(first) & mask_to(last);
-}
-
 /* Number of bits in level @l (the words of the level below, or granules). */
 static uint64_t level_bits(const HBitmap *hb, int l)
 {
@@ -444,10 +438,10 @@ void hbitmap_merge(HBitmap *dst, const HBitmap *src)
     for (i = next_nonzero_word(src, 0, 0); i != NO_BIT;
          i = next_nonzero_word(src, 0, i + 1)) {
         uint64_t old = dst->levels[0][i];
-        uint64_t new = old | src->levels[0][i];
+        uint64_t merged = old | src->levels[0][i];
 
-        dst->levels[0][i] = new;
-        dst->count += __builtin_popcountll(new & ~old);
+        dst->levels[0][i] = merged;
+        dst->count += __builtin_popcountll(merged & ~old);
         if (old == 0 && dst->nlevels > 1) {
             set_bits(dst, 1, i, i);
         }

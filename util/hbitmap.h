@@ -27,8 +27,11 @@
 typedef struct HBitmap HBitmap;
 
 /*
- * A bitmap for @size items (0 allowed), each bit covering
- * 2^@granularity items (0 <= granularity < 64).  All bits start clear.
+ * A bitmap for @size items (0 <= size <= INT64_MAX, 0 allowed), each bit
+ * covering 2^@granularity items (0 <= granularity < 64).  All bits start
+ * clear.  Memory is about size >> (granularity + 3) bytes, allocated zeroed
+ * (so only the pages that get touched become resident): 2 MiB for 2^40
+ * items at granularity 16; choose the granularity to keep this sane.
  */
 HBitmap *hbitmap_new(uint64_t size, int granularity);
 
@@ -54,7 +57,7 @@ void hbitmap_reset(HBitmap *hb, uint64_t start, uint64_t count);
 void hbitmap_set_all(HBitmap *hb);
 void hbitmap_reset_all(HBitmap *hb);
 
-/* Is the bit covering @item set?  @item < size. */
+/* Is the bit covering @item set?  @item < size (asserted). */
 bool hbitmap_get(const HBitmap *hb, uint64_t item);
 
 /*
@@ -74,19 +77,28 @@ bool hbitmap_is_empty(const HBitmap *hb);
  */
 int64_t hbitmap_next_dirty(const HBitmap *hb, uint64_t start, uint64_t count);
 
-/* Like hbitmap_next_dirty() for the first item whose bit is clear. */
+/*
+ * Like hbitmap_next_dirty() for the first item whose bit is clear.  Upper
+ * levels cannot skip set bits, so this is linear in the set words crossed
+ * (64 granules per step); bound it with @count.
+ */
 int64_t hbitmap_next_zero(const HBitmap *hb, uint64_t start, uint64_t count);
 
 /*
  * Find the first run of set bits intersecting [start, end), limited to
  * @max_count items (0 = unlimited).  On success store the run, clipped to
- * [start, end), in *area_start and *area_count and return true.
+ * [start, end), in *area_start and *area_count (> 0) and return true.
+ * @end beyond the size is clipped; returns false, leaving the outputs
+ * untouched, if there is no set bit in the range.
  */
 bool hbitmap_next_dirty_area(const HBitmap *hb, uint64_t start, uint64_t end,
                              uint64_t max_count, uint64_t *area_start,
                              uint64_t *area_count);
 
-/* Number of items covered by set bits within [start, start + count). */
+/*
+ * Number of items covered by set bits within [start, start + count),
+ * clipped to the size.  Skips clean regions through the upper levels.
+ */
 uint64_t hbitmap_count_between(const HBitmap *hb, uint64_t start,
                                uint64_t count);
 

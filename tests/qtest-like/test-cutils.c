@@ -177,6 +177,11 @@ static void test_parse_size_messages(void)
     /* Without an option name; control characters escaped. */
     ASSERT_MSG(size_error(NULL, "1M\n"),
                "'1M\\n': invalid size (use e.g. 512, 64K, 1M, 2G)");
+    /* UTF-8 and backslashes are quoted as typed. */
+    ASSERT_MSG(size_error("-b", "1\xc2\xb5"),
+               "-b '1\xc2\xb5': invalid size (use e.g. 512, 64K, 1M, 2G)");
+    ASSERT_MSG(size_error("-b", "1\\"),
+               "-b '1\\': invalid size (use e.g. 512, 64K, 1M, 2G)");
     ASSERT_MSG(size_error(NULL, "1M"), NULL);
 }
 

@@ -7,7 +7,6 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include <glib.h>
-#include <inttypes.h>
 #include <string.h>
 
 #include "util/hbitmap.h"
@@ -65,7 +64,7 @@ static void ref_fill(RefBitmap *ref, uint64_t start, uint64_t count,
 static uint64_t ref_count_between(const RefBitmap *ref, uint64_t start,
                                   uint64_t count)
 {
-    uint64_t first, last, end, i, whole = 0, sum = 0;
+    uint64_t first, last, end, i, whole = 0, sum;
 
     if (!ref_clip(ref, start, count, &first, &last, &end)) {
         return 0;
@@ -116,14 +115,9 @@ static bool ref_next_dirty_area(const RefBitmap *ref, uint64_t start,
     uint64_t first, last, i, j, s, e;
     const uint8_t *p;
 
-    end = MIN(end, ref->size);
-    if (start >= end) {
-        return false;
-    }
-    first = start >> ref->g;
-    last = (end - 1) >> ref->g;
-    p = memchr(ref->bits + first, 1, last - first + 1);
-    if (!p) {
+    if (start >= end ||
+        !ref_clip(ref, start, end - start, &first, &last, &end) ||
+        !(p = memchr(ref->bits + first, 1, last - first + 1))) {
         return false;
     }
     i = p - ref->bits;

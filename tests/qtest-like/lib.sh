@@ -1,0 +1,316 @@
+# Shared helpers for the tool tests (tests/qtest-like/test-tool-*.sh).
+#
+# Sourced by each script.  Conventions follow nbdkit's tests: exit 0 =
+# pass, 77 = skip, anything else = fail.  Quiet on success apart from one
+# "ok - description" line per case; on failure, print the command, its exit
+# code, stderr and (the start of) stdout.
+#
+# meson sets MIRROR_TOOL (the binary) and TEST_LIB (this file).  Sourcing
+# this file creates a scratch directory, cd's into it (so relative paths in
+# the tests are inside it) and removes it on exit.
+#
+# Copyright (C) 2026 qemu-mirror authors
+# SPDX-License-Identifier: GPL-2.0-or-later
+
+set -u
+
+: "${MIRROR_TOOL:=$(dirname "${BASH_SOURCE[0]}")/../../build/qemu-mirror-tool/mirror-tool}"
+case $MIRROR_TOOL in
+    /*) ;;
+    *) MIRROR_TOOL=$PWD/$MIRROR_TOOL ;;
+esac
+if [ ! -x "$MIRROR_TOOL" ]; then
+    echo "FAIL: MIRROR_TOOL '$MIRROR_TOOL' is not an executable" >&2
+    exit 1
+fi
+T=$MIRROR_TOOL
+export LC_ALL=C
+
+# Background processes to kill on exit (see track_pid).
+_lib_pids=
+
+_lib_cleanup()
+{
+    local pid
+    for pid in $_lib_pids; do
+        kill -KILL "$pid" 2>/dev/null
+    done
+    cd / && rm -rf "$scratch"
+}
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/mirror-tool-test.XXXXXX") || exit 1
+trap _lib_cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+cd "$scratch" || exit 1
+
+# Remember a background pid (or "-pgid") so that cleanup kills it.
+track_pid()
+{
+    _lib_pids="$_lib_pids $1"
+}
+
+# requires CMD...: skip the whole script (exit 77) when a command is missing.
+requires()
+{
+    local c
+    for c in "$@"; do
+        if ! command -v "$c" >/dev/null 2>&1; then
+            echo "SKIP: '$c' is not installed"
+            exit 77
+        fi
+    done
+}
+
+ok()
+{
+    echo "ok - $*"
+}
+
+# The last command run by run/expect_exit: its words, exit code, output.
+last_cmd=
+last_rc=
+last_out=$scratch/.stdout
+last_err=$scratch/.stderr
+
+_lib_show_last()
+{
+    [ -n "$last_cmd" ] || return 0
+    {
+        echo "  command:   $last_cmd"
+        echo "  exit code: $last_rc"
+        echo "  stderr:"
+        sed 's/^/    | /' "$last_err" 2>/dev/null | tr '\r' '\n' | head -40
+        echo "  stdout (first 40 lines):"
+        sed 's/^/    | /' "$last_out" 2>/dev/null | head -40
+    } >&2
+}
+
+# fail MSG: print MSG and the last command's details, exit 1.
+fail()
+{
+    echo "FAIL: $*" >&2
+    _lib_show_last
+    exit 1
+}
+
+# run CMD...: run CMD, stdout to $last_out, stderr to $last_err; sets last_rc.
+run()
+{
+    last_cmd=$(printf '%q ' "$@")
+    "$@" >"$last_out" 2>"$last_err"
+    last_rc=$?
+    return 0
+}
+
+# expect_exit CODE CMD...: run CMD and fail unless it exits with CODE.
+# stderr is kept in $last_err (and stdout in $last_out) for later checks.
+expect_exit()
+{
+    local code=$1
+    shift
+    run "$@"
+    if [ "$last_rc" != "$code" ]; then
+        fail "expected exit code $code, got $last_rc"
+    fi
+}
+
+expect_ok()
+{
+    expect_exit 0 "$@"
+}
+
+# stderr_has STR...: each STR (fixed string) appears in the last stderr.
+stderr_has()
+{
+    local s
+    for s in "$@"; do
+        grep -F -q -e "$s" "$last_err" || fail "stderr lacks \"$s\""
+    done
+}
+
+# stderr_one_line: the last stderr is exactly one non-empty line.
+stderr_one_line()
+{
+    local n
+    n=$(wc -l <"$last_err")
+    if [ "$n" -ne 1 ] || [ ! -s "$last_err" ]; then
+        fail "expected a one-line error on stderr, got $n lines"
+    fi
+}
+
+# stdout_empty / stderr_empty: nothing was printed there.
+stdout_empty()
+{
+    [ ! -s "$last_out" ] || fail "expected nothing on stdout"
+}
+
+stderr_empty()
+{
+    [ ! -s "$last_err" ] || fail "expected nothing on stderr"
+}
+
+# to_bytes SIZE: 4K, 1M, 2G or plain bytes -> bytes.
+to_bytes()
+{
+    case $1 in
+        *K) echo $(( ${1%K} * 1024 )) ;;
+        *M) echo $(( ${1%M} * 1024 * 1024 )) ;;
+        *G) echo $(( ${1%G} * 1024 * 1024 * 1024 )) ;;
+        *) echo $(( $1 )) ;;
+    esac
+}
+
+# _lib_dd_range SRCDEV FILE OFFSET LENGTH: overwrite a range of FILE in place.
+_lib_dd_range()
+{
+    local off len
+    off=$(to_bytes "$3")
+    len=$(to_bytes "$4")
+    dd if="$1" of="$2" bs=64K count="$len" seek="$off" \
+       iflag=count_bytes,fullblock oflag=seek_bytes conv=notrunc \
+       status=none || fail "dd into $2 failed"
+}
+
+# make_sparse_image FILE SIZE [OFFSET:LENGTH]...: a sparse file of SIZE with
+# random data at each OFFSET:LENGTH and holes elsewhere.
+make_sparse_image()
+{
+    local file=$1 size=$2 r
+    shift 2
+    rm -f "$file"
+    truncate -s "$(to_bytes "$size")" "$file" || fail "truncate $file"
+    for r in "$@"; do
+        _lib_dd_range /dev/urandom "$file" "${r%%:*}" "${r#*:}"
+    done
+}
+
+# make_random_image FILE SIZE: a fully allocated file of random bytes.
+make_random_image()
+{
+    head -c "$(to_bytes "$2")" /dev/urandom >"$1" || fail "head into $1"
+}
+
+# write_zeroes FILE OFFSET:LENGTH...: write (allocated) zeroes over ranges.
+write_zeroes()
+{
+    local file=$1 r
+    shift
+    for r in "$@"; do
+        _lib_dd_range /dev/zero "$file" "${r%%:*}" "${r#*:}"
+    done
+}
+
+file_size()
+{
+    stat -c %s "$1"
+}
+
+# allocated_bytes FILE: bytes of storage FILE occupies.
+allocated_bytes()
+{
+    echo $(( $(stat -c '%b * %B' "$1") ))
+}
+
+sha256_of()
+{
+    sha256sum <"$1" | cut -d' ' -f1
+}
+
+# remember_sum FILE / assert_unchanged FILE [WHAT]: FILE's sha256 is the
+# same as when remember_sum ran.
+declare -A _lib_sums
+remember_sum()
+{
+    _lib_sums[$1]=$(sha256_of "$1")
+}
+
+assert_unchanged()
+{
+    local now
+    [ -e "$1" ] || fail "${2:-$1}: '$1' disappeared"
+    now=$(sha256_of "$1")
+    [ "$now" = "${_lib_sums[$1]}" ] || fail "${2:-$1}: '$1' was modified"
+}
+
+assert_absent()
+{
+    [ ! -e "$1" ] && [ ! -L "$1" ] || fail "${2:-$1}: '$1' was created"
+}
+
+# assert_same A B [WHAT]: byte-identical files.
+assert_same()
+{
+    local diff
+    if ! diff=$(cmp -- "$1" "$2" 2>&1); then
+        fail "${3:-cmp}: $diff"
+    fi
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: poll CMD every 50 ms until it
+# succeeds; fail after SECONDS.  This waits for an event; it is not a delay.
+wait_for()
+{
+    local secs=$1 what=$2 i
+    shift 2
+    for (( i = 0; i < secs * 20; i++ )); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    fail "timed out after ${secs}s waiting for $what"
+}
+
+# map_json FILE OUT: `mirror-tool map --output=json FILE` into OUT.
+map_json()
+{
+    expect_ok "$T" map --output=json "$1"
+    cp "$last_out" "$2"
+}
+
+# extent_is MAPJSON OFFSET LENGTH hole|data: every extent of the map that
+# overlaps [OFFSET, OFFSET+LENGTH) is a hole (zero, no data) or data.
+extent_is()
+{
+    local out
+    out=$(python3 - "$@" <<'EOF'
+import json, sys
+path, off, length, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+ext = json.load(open(path))
+end = off + length
+covered = 0
+for e in ext:
+    s, l = e["start"], e["length"]
+    if s + l <= off or s >= end:
+        continue
+    covered += min(end, s + l) - max(off, s)
+    hole = e["zero"] and not e["data"]
+    if (want == "hole") != hole:
+        print("extent %s is not a %s" % (json.dumps(e), want))
+        sys.exit(1)
+if covered != length:
+    print("the map covers %d of the %d bytes" % (covered, length))
+    sys.exit(1)
+EOF
+    ) || fail "$1: [$2, +$3) should be $4: $out"
+}
+
+# map_covers MAPJSON SIZE: extents are contiguous from 0 to exactly SIZE.
+map_covers()
+{
+    local out
+    out=$(python3 - "$@" <<'EOF'
+import json, sys
+ext = json.load(open(sys.argv[1]))
+pos = 0
+for e in ext:
+    if e["start"] != pos or e["length"] <= 0:
+        print("gap or empty extent at %d: %s" % (pos, json.dumps(e)))
+        sys.exit(1)
+    pos += e["length"]
+if pos != int(sys.argv[2]):
+    print("extents end at %d, expected %s" % (pos, sys.argv[2]))
+    sys.exit(1)
+EOF
+    ) || fail "$1: $out"
+}
