@@ -225,9 +225,9 @@ report() {
     ref=${MW[REF]}
     echo
     echo "== $2 (RUNS=$RUNS, ratio = median wall / median wall of '${LABEL[REF]}') =="
-    printf '%-34s %9s %9s %8s %7s\n' tool wall_s cpu_s rss_MiB ratio
+    printf '%-40s %9s %9s %8s %7s\n' tool wall_s cpu_s rss_MiB ratio
     for ((k = 0; k < NROWS; k++)); do
-        printf '%-34s %9s %9s %8s %7s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
+        printf '%-40s %9s %9s %8s %7s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
             $((MR[k] / 1024)) "$(awk -v a="${MW[k]}" -v b="$ref" 'BEGIN { printf "%.2f", a / b }')"
     done
     for ((k = 0; k < NROWS; k++)); do

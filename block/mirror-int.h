@@ -128,19 +128,48 @@ struct MirrorJob {
 };
 
 /* mirror.c */
+
+/* Start operations until a limit is reached, then see whether the job
+ * changes state.  Every completion calls it. */
 void mirror_pump(MirrorJob *s);
+
+/* Pump later, from the main loop (for calls from outside the job). */
 void mirror_kick(MirrorJob *s);
+
+/* With nothing in flight: finish, pause, flush, go READY or complete. */
 void mirror_check_state(MirrorJob *s);
-void mirror_status_invalidate(MirrorJob *s);
-void mirror_buf_put(MirrorJob *s, uint8_t *buf);
+
+/* Pump again after @delay_ns (the speed limit is used up). */
+void mirror_rate_limit_wait(MirrorJob *s, int64_t delay_ns);
+
+/* Apply the error policy to a failed read (@is_read) or write of
+ * [offset, offset + bytes) (bytes 0: a flush); emits BLOCK_JOB_ERROR. */
 void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
                   int64_t bytes);
+
+/* Validate the resolved parameters and the two nodes. */
 bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
                          const MirrorParams *p, int64_t granularity,
                          int64_t chunk, int64_t buf_size, int max_in_flight,
                          GError **errp);
 
+/* mirror-plan.c */
+
+/*
+ * Start one operation (or skip one known-zero range).  Returns false when
+ * nothing more can start now; a completion, the rate timer or the block
+ * status fetch it started will pump again.
+ */
+bool mirror_issue_one(MirrorJob *s);
+
+/* Forget the cached block status of the source (it was written). */
+void mirror_status_invalidate(MirrorJob *s);
+
 /* mirror-op.c */
+
+/* A data buffer from the pool, or NULL when all max_bufs are in use. */
+uint8_t *mirror_buf_get(MirrorJob *s);
+void mirror_buf_put(MirrorJob *s, uint8_t *buf);
 
 /*
  * Start an operation over [offset, offset + bytes), whose dirty bits the

@@ -13,6 +13,27 @@
 
 #include <errno.h>
 
+/* ---- buffers: at most max_bufs of buf_elem_size bytes, reused ---- */
+
+uint8_t *mirror_buf_get(MirrorJob *s)
+{
+    if (s->free_bufs->len) {
+        return g_ptr_array_steal_index_fast(s->free_bufs,
+                                            s->free_bufs->len - 1);
+    }
+    if (s->nb_bufs < s->max_bufs) {
+        s->nb_bufs++;
+        return qemu_memalign(s->buf_align, s->buf_elem_size);
+    }
+    return NULL;
+}
+
+void mirror_buf_put(MirrorJob *s, uint8_t *buf)
+{
+    g_ptr_array_add(s->free_bufs, buf);
+}
+
+
 /* Remove @op from the books and free it. */
 static void mirror_op_retire(MirrorOp *op)
 {

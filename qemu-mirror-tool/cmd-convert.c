@@ -190,7 +190,9 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
     }
     if (!bdrv_create(fmt, dst, bdrv_getlength(src), create_opts, &err)) {
         tool_error("cannot create '%s': %s", dst, err->message);
-        *exit_code = TOOL_EXIT_FAILURE;
+        /* A bad -o option or a directory is bad input: nothing written. */
+        *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
+                     ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
     }
     bs = tool_open_image("target", dst, fmt, dst_flags | BDRV_O_RDWR, NULL);

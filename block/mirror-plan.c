@@ -1,0 +1,239 @@
+/*
+ * Choosing the mirror job's next operation: the first dirty granule at or
+ * after the cursor that no operation covers, what the source's block
+ * status says is there (asked lazily, a large window at a time), and how
+ * far it may coalesce within the size caps, the byte budget and the speed
+ * limit.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror-int.h"
+
+/* How much block status to ask for at once. */
+#define MIRROR_STATUS_WINDOW    (1 * GiB)
+
+/* ---- source block status, fetched lazily in large windows ---- */
+
+static const BlockExtent *mirror_status_lookup(MirrorJob *s, int64_t offset)
+{
+    GArray *st = s->status;
+
+    if (!st || !st->len || offset < s->status_start ||
+        offset >= s->status_end) {
+        return NULL;
+    }
+    /* The cursor moves forward, so start from the last hit. */
+    if (s->status_idx >= st->len ||
+        g_array_index(st, BlockExtent, s->status_idx).offset > offset) {
+        s->status_idx = 0;
+    }
+    for (guint i = s->status_idx; i < st->len; i++) {
+        const BlockExtent *e = &g_array_index(st, BlockExtent, i);
+
+        if (offset < e->offset + e->length) {
+            s->status_idx = i;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static void mirror_status_done(void *opaque, int ret)
+{
+    MirrorJob *s = opaque;
+    GArray *st = s->status_new;
+
+    s->status_new = NULL;
+    s->status_pending = false;
+    if (ret < 0) {
+        /* Unknown: copy it (the read will report a real failure). */
+        BlockExtent e = {
+            .offset = s->status_fetch_offset,
+            .length = MIN(s->chunk_size, s->len - s->status_fetch_offset),
+            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
+        };
+        g_array_set_size(st, 0);
+        g_array_append_val(st, e);
+    }
+    if (s->status) {
+        g_array_unref(s->status);
+    }
+    s->status = st;
+    s->status_idx = 0;
+    s->status_start = g_array_index(st, BlockExtent, 0).offset;
+    s->status_end = s->status_start;
+    for (guint i = 0; i < st->len; i++) {
+        s->status_end += g_array_index(st, BlockExtent, i).length;
+    }
+    mirror_pump(s);
+}
+
+static void mirror_status_fetch(MirrorJob *s, int64_t offset)
+{
+    g_assert(!s->status_pending);
+    s->status_pending = true;
+    s->status_fetch_offset = offset;
+    s->status_new = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    bdrv_aio_block_status(s->src, offset,
+                          MIN(MIRROR_STATUS_WINDOW, s->len - offset),
+                          s->status_new, mirror_status_done, s);
+}
+
+void mirror_status_invalidate(MirrorJob *s)
+{
+    if (s->status) {
+        g_array_set_size(s->status, 0);
+        s->status_start = s->status_end = 0;
+    }
+}
+
+/* ---- choosing the next operation ---- */
+
+/*
+ * The first dirty offset at or after the cursor that no operation covers,
+ * wrapping around once (a new pass); -1 if there is none.
+ */
+static int64_t mirror_next_candidate(MirrorJob *s)
+{
+    for (int sweep = 0; sweep < 2; sweep++) {
+        int64_t off = sweep == 0 ? s->cursor : 0;
+        int64_t limit = sweep == 0 ? s->len : s->cursor;
+
+        while (off < limit) {
+            int64_t busy_end;
+
+            off = dirty_bitmap_next_dirty(s->dirty, off);
+            if (off < 0 || off >= limit) {
+                break;
+            }
+            if (!hbitmap_get(s->in_flight_bitmap, off)) {
+                if (sweep == 1) {
+                    s->passes++;
+                }
+                return off;
+            }
+            busy_end = hbitmap_next_zero(s->in_flight_bitmap, off,
+                                         UINT64_MAX);
+            off = busy_end < 0 ? s->len : busy_end;
+        }
+    }
+    return -1;
+}
+
+/* Does the target already read as zero over [offset, offset + bytes)? */
+static bool mirror_target_known_zero(MirrorJob *s, int64_t offset,
+                                     int64_t bytes)
+{
+    return s->zero_bitmap &&
+           hbitmap_count_between(s->zero_bitmap, offset, bytes) ==
+           (uint64_t)bytes;
+}
+
+/*
+ * Decide what to do at @offset: the method and the largest length allowed
+ * by the source's block status and the size caps.  Returns false when the
+ * block status is not known yet (a fetch was started).
+ */
+static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
+                        int64_t *max_bytes)
+{
+    const BlockExtent *ext = mirror_status_lookup(s, offset);
+    int64_t g = s->granularity;
+    int64_t ext_end, len;
+
+    if (!ext) {
+        if (!s->status_pending) {
+            mirror_status_fetch(s, offset);
+        }
+        return false;
+    }
+    ext_end = ext->offset + ext->length;
+    len = ext_end >= s->len ? s->len - offset
+                            : QEMU_ALIGN_DOWN(ext_end - offset, g);
+
+    if (s->sync == MIRROR_SYNC_MODE_TOP &&
+        !(ext->flags & BDRV_BLOCK_ALLOCATED) && ext->depth > 0) {
+        /* Provided by the target's backing file: nothing to copy. */
+        *method = MIRROR_METHOD_SKIP;
+    } else if ((ext->flags & BDRV_BLOCK_DATA) ||
+               !(ext->flags & BDRV_BLOCK_ZERO) || s->allocate_zeroes) {
+        *method = MIRROR_METHOD_COPY;
+    } else {
+        *method = MIRROR_METHOD_ZERO;
+    }
+    if (len < g) {
+        /* Status changes inside this granule: copy the whole granule. */
+        *method = MIRROR_METHOD_COPY;
+        len = MIN(g, s->len - offset);
+    }
+    if (*method == MIRROR_METHOD_COPY) {
+        len = MIN(len, s->buf_elem_size);
+    } else {
+        len = MIN(len, MIRROR_MAX_ZERO_BYTES);
+    }
+    *max_bytes = len;
+    return true;
+}
+
+bool mirror_issue_one(MirrorJob *s)
+{
+    int64_t g = s->granularity;
+    MirrorMethod method;
+    int64_t offset, run_end, busy, max_bytes, bytes, delay;
+    uint8_t *buf = NULL;
+
+    offset = mirror_next_candidate(s);
+    if (offset < 0 || !mirror_plan(s, offset, &method, &max_bytes)) {
+        return false;
+    }
+
+    /* Coalesce consecutive dirty granules that no operation covers. */
+    run_end = dirty_bitmap_next_clean(s->dirty, offset);
+    busy = hbitmap_next_dirty(s->in_flight_bitmap, offset, UINT64_MAX);
+    if (busy >= 0 && busy < run_end) {
+        run_end = busy;
+    }
+    bytes = MIN(run_end - offset, max_bytes);
+
+    if (method == MIRROR_METHOD_ZERO &&
+        mirror_target_known_zero(s, offset, bytes)) {
+        method = MIRROR_METHOD_SKIP;
+    }
+    if (method == MIRROR_METHOD_COPY) {
+        int64_t avail = s->buf_size - s->op_bytes_in_flight;
+
+        if (bytes > avail) {
+            /* Only when others are in flight: buf_size >= one buffer. */
+            bytes = QEMU_ALIGN_DOWN(avail, g);
+            if (bytes == 0) {
+                return false;
+            }
+        }
+        buf = mirror_buf_get(s);
+        if (!buf) {
+            return false;
+        }
+        delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
+        if (delay > 0) {
+            mirror_buf_put(s, buf);
+            mirror_rate_limit_wait(s, delay);
+            return false;
+        }
+    }
+    g_assert(bytes > 0);
+    g_assert(QEMU_IS_ALIGNED(offset, g));
+    g_assert(QEMU_IS_ALIGNED(bytes, g) || offset + bytes == s->len);
+
+    /* Clear before reading: a write racing with the copy dirties again. */
+    dirty_bitmap_reset(s->dirty, offset, bytes);
+    s->cursor = offset + bytes;
+
+    if (method == MIRROR_METHOD_SKIP) {
+        s->stats_skipped += bytes;
+        s->common.progress_current += bytes;
+        return true;
+    }
+    mirror_op_start(s, method, offset, bytes, buf);
+    return true;
+}
