@@ -127,7 +127,8 @@ prefault() {
 # (RSS limit in bytes for mirror-tool rows, empty for peers).
 LABEL=() CMD=() LIMIT=()
 add_row() {
-    local label=$1 cmd=$2 buf=$DEFAULT_BUF w prev=
+    local label=$1 cmd buf=$DEFAULT_BUF w prev=
+    cmd=$(echo $2)               # squeeze spaces (no globs in options)
     LABEL+=("$label") CMD+=("$cmd")
     if [[ $cmd == "$MT "* ]]; then
         for w in $cmd; do          # last --buf-size wins

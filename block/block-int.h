@@ -141,6 +141,15 @@ struct BlockDriver {
     void (*aio_block_status)(BlockDriverState *bs, int64_t offset,
                              int64_t bytes, GArray *extents,
                              BlockCompletionFunc *cb, void *opaque);
+
+    /*
+     * Optional.  Abort requests in flight as fast as possible; each still
+     * completes (with -ECANCELED or its result), later, exactly once.
+     * Never blocks.  Afterwards the node may fail every new request
+     * (NBD does: its connections are gone).  NULL = requests simply run to
+     * completion.
+     */
+    void (*cancel_in_flight)(BlockDriverState *bs);
 };
 
 struct BlockDriverState {
@@ -165,6 +174,7 @@ struct BlockDriverState {
 /* Driver tables, listed in block.c's registry. */
 extern const BlockDriver bdrv_raw;
 extern const BlockDriver bdrv_null;
+extern const BlockDriver bdrv_nbd;
 
 /*
  * Parse "key=value,key=value" (the part of a driver spec after its prefix)

@@ -20,6 +20,7 @@ G_DEFINE_QUARK(mirror-block-error-quark, block_error)
 static const BlockDriver *const block_drivers[] = {
     &bdrv_raw,
     &bdrv_null,
+    &bdrv_nbd,
 };
 
 static const BlockDriver *bdrv_find_driver(const char *format)
@@ -57,29 +58,42 @@ static const BlockDriver *bdrv_probe(const char *filename, GError **errp)
     uint8_t buf[512];
     const BlockDriver *best = NULL;
     int best_score = 0;
+    struct stat st;
     ssize_t n;
     int fd;
 
-    fd = open(filename, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: probing a FIFO must not wait for a writer. */
+    fd = open(filename, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "Could not open '%s': %s", filename, g_strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not stat '%s': %s", filename, g_strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s' is a directory", filename);
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s' is not a regular file or block device", filename);
+        close(fd);
         return NULL;
     }
     do {
         n = pread(fd, buf, sizeof(buf), 0);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
-        int err = errno;
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not read '%s': %s", filename, g_strerror(errno));
         close(fd);
-        if (err == EISDIR) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                        "'%s' is a directory", filename);
-        } else {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                        "Could not read '%s': %s", filename,
-                        g_strerror(err));
-        }
         return NULL;
     }
     close(fd);
@@ -259,6 +273,12 @@ bool bdrv_create(const char *format, const char *filename, int64_t size,
     if (size < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "Invalid image size %" G_GINT64_FORMAT, size);
+        return false;
+    }
+    if (bdrv_driver_for_spec(filename)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s' names a %s image, which cannot be created",
+                    filename, bdrv_driver_for_spec(filename)->format_name);
         return false;
     }
     /* Unknown options are refused before anything is created. */

@@ -221,6 +221,14 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
                            int64_t bytes, GArray *extents,
                            BlockCompletionFunc *cb, void *opaque);
 
+/*
+ * Abort the requests in flight on @bs as fast as the driver can (NBD: within
+ * well under a second); each still completes, with -ECANCELED or its
+ * result.  A no-op for drivers that cannot abort.  The node may be unusable
+ * afterwards (NBD fails every later request).
+ */
+void bdrv_cancel_in_flight(BlockDriverState *bs);
+
 /* Requests submitted through io.c on @bs and not yet completed. */
 uint64_t bdrv_get_in_flight(BlockDriverState *bs);
 

@@ -643,3 +643,10 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
     bs->drv->aio_block_status(bs, offset, bytes, extents,
                               bdrv_block_status_done, req);
 }
+
+void bdrv_cancel_in_flight(BlockDriverState *bs)
+{
+    if (bs->drv->cancel_in_flight) {
+        bs->drv->cancel_in_flight(bs);
+    }
+}

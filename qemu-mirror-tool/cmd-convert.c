@@ -275,23 +275,25 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
+
+    /* From here a signal means "stop, and say the target is incomplete". */
+    job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
                               &ret);
     if (!dst) {
-        goto out;
+        goto out_runner;
     }
-
     job = mirror_job_new("convert", src, dst, &p, &err);
     if (!job) {
         tool_error("%s", err->message);
         ret = TOOL_EXIT_USAGE;
-        goto out;
+        goto out_runner;
     }
-    job_runner_init(&runner, job, argv[2], o.progress && !o.quiet);
-    ret = job_runner_run(&runner);
+    ret = job_runner_run(&runner, job);
     if (ret == TOOL_EXIT_OK && o.progress && !o.quiet) {
         job_runner_print_summary(&runner);
     }
+out_runner:
     job_runner_destroy(&runner);
 out:
     convert_options_clear(&o);

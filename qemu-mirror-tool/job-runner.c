@@ -58,7 +58,7 @@ static void job_runner_interrupt(JobRunner *r, int sig)
         _exit(sig == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM);
     }
     r->signal = sig;
-    if (!job_user_cancel(r->job, true, &err)) {
+    if (r->job && !job_user_cancel(r->job, true, &err)) {
         g_debug("cancel on signal: %s", err->message);
     }
 }
@@ -75,25 +75,44 @@ static gboolean job_runner_sigterm(gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
-void job_runner_init(JobRunner *r, Job *job, const char *target,
-                     bool progress)
+void job_runner_init(JobRunner *r, const char *target, bool progress)
 {
     *r = (JobRunner) {
-        .job = job,
         .target = target,
         .progress = progress,
         .line = g_string_new(NULL),
     };
-    job_add_listener(job, job_runner_event, r);
-}
-
-int job_runner_run(JobRunner *r)
-{
-    Job *job = r->job;
-    const char *detail;
-
     r->sigint_source = g_unix_signal_add(SIGINT, job_runner_sigint, r);
     r->sigterm_source = g_unix_signal_add(SIGTERM, job_runner_sigterm, r);
+}
+
+static int job_runner_report_signal(JobRunner *r)
+{
+    tool_error("interrupted by %s; the target '%s' is incomplete",
+               r->signal == SIGINT ? "SIGINT" : "SIGTERM", r->target);
+    return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+}
+
+int job_runner_check_interrupted(JobRunner *r)
+{
+    /* Signals are delivered through the main loop: look once. */
+    while (g_main_context_iteration(NULL, FALSE)) {
+        /* dispatch what is pending */
+    }
+    return r->signal ? job_runner_report_signal(r) : TOOL_EXIT_OK;
+}
+
+int job_runner_run(JobRunner *r, Job *job)
+{
+    const char *detail;
+    int ret;
+
+    r->job = job;
+    ret = job_runner_check_interrupted(r);
+    if (ret != TOOL_EXIT_OK) {
+        return ret;
+    }
+    job_add_listener(job, job_runner_event, r);
     if (r->progress) {
         r->progress_timer = g_timeout_add(PROGRESS_INTERVAL_MS,
                                           job_runner_progress_cb, r);
@@ -106,9 +125,7 @@ int job_runner_run(JobRunner *r)
         job_runner_draw(r, true);
     }
     if (r->signal) {
-        tool_error("interrupted by %s; the target '%s' is incomplete",
-                   r->signal == SIGINT ? "SIGINT" : "SIGTERM", r->target);
-        return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+        return job_runner_report_signal(r);
     }
     if (job->ret < 0) {
         detail = mirror_get_error_detail(job);
@@ -152,4 +169,5 @@ void job_runner_destroy(JobRunner *r)
     }
     g_string_free(r->line, TRUE);
     job_unref(r->job);
+    r->job = NULL;
 }

@@ -26,13 +26,22 @@ typedef struct JobRunner {
     GString *line;
 } JobRunner;
 
-/* Prepare to run @job (created, not started); takes over its reference. */
-void job_runner_init(JobRunner *r, Job *job, const char *target,
-                     bool progress);
+/*
+ * Prepare to run a job writing @target: from now on SIGINT and SIGTERM
+ * are caught (call it before creating the target).
+ */
+void job_runner_init(JobRunner *r, const char *target, bool progress);
 
-/* Start the job and run the main loop until it concludes.  Returns the
- * exit code, having printed any failure. */
-int job_runner_run(JobRunner *r);
+/*
+ * Start @job (created, not started; the runner takes over its reference)
+ * and run the main loop until it concludes.  Returns the exit code, having
+ * printed any failure.  If a signal arrived before, the job is not started.
+ */
+int job_runner_run(JobRunner *r, Job *job);
+
+/* Exit code and message for a signal that arrived before any job ran, or
+ * TOOL_EXIT_OK if none did. */
+int job_runner_check_interrupted(JobRunner *r);
 
 /* "copied 1.2 GiB, zeroed 2.8 GiB, skipped 0 B in 1.4 s (857 MiB/s)" */
 void job_runner_print_summary(JobRunner *r);

@@ -31,15 +31,28 @@ int64_t ratelimit_calculate_delay(RateLimit *limit, int64_t now_ns,
     if (!limit->slice_quota) {
         return 0;
     }
-    if (limit->slice_end_ns < now_ns) {
-        /* Previous slice expired: start a new one. */
+    if (limit->dispatched >= limit->slice_quota &&
+        now_ns < limit->slice_end_ns) {
+        /* The (possibly extended) slice is used up: wait for its end. */
+        return limit->slice_end_ns - now_ns;
+    }
+    if (limit->slice_end_ns <= now_ns) {
         limit->slice_start_ns = now_ns;
         limit->slice_end_ns = now_ns + limit->slice_ns;
         limit->dispatched = 0;
     }
-    if (limit->dispatched == 0 || limit->dispatched + n <= limit->slice_quota) {
-        limit->dispatched += n;
-        return 0;
+    limit->dispatched += n;
+    if (limit->dispatched >= limit->slice_quota) {
+        /*
+         * Over quota: stretch the slice so that what was dispatched in it
+         * matches the speed; the next request waits until it ends.  A
+         * request larger than one slice's quota is let through but paid
+         * for with a longer wait, so the average rate holds.
+         */
+        double slices = (double)limit->dispatched / limit->slice_quota;
+
+        limit->slice_end_ns = limit->slice_start_ns +
+                              (int64_t)(slices * limit->slice_ns);
     }
-    return limit->slice_end_ns - now_ns;
+    return 0;
 }

@@ -32,9 +32,11 @@ void ratelimit_set_speed(RateLimit *limit, uint64_t speed, uint64_t slice_ns);
 bool ratelimit_enabled(const RateLimit *limit);
 
 /*
- * May @n more bytes go now (at time @now_ns)?  Returns 0 and charges them if
- * so, or the delay in ns until the next slice, charging nothing.  A slice
- * always admits its first request, however large, so progress never stops.
+ * May @n more bytes go now (at time @now_ns)?  Returns 0 and charges them
+ * if so, or the delay in ns until they may, charging nothing.  A slice
+ * admits requests until its quota is reached; the request that crosses the
+ * quota (however large) is admitted and stretches the slice in proportion,
+ * so the following requests wait and the average rate is the speed.
  */
 int64_t ratelimit_calculate_delay(RateLimit *limit, int64_t now_ns,
                                   uint64_t n);

@@ -1,9 +1,10 @@
 # Shared helpers for the tool tests (tests/qtest-like/test-tool-*.sh).
 #
-# Sourced by each script.  Conventions follow nbdkit's tests: exit 0 =
-# pass, 77 = skip, anything else = fail.  Quiet on success apart from one
-# "ok - description" line per case; on failure, print the command, its exit
-# code, stderr and (the start of) stdout.
+# Sourced by each script.  Output is TAP ("ok N - description" per case,
+# "not ok N - ..." for the failure, the plan "1..N" at exit), and the exit
+# code follows nbdkit's tests: 0 = pass, 77 = skip, anything else = fail.
+# On failure the command, its exit code, stderr and (the start of) stdout
+# go to stderr.
 #
 # meson sets MIRROR_TOOL (the binary) and TEST_LIB (this file).  Sourcing
 # this file creates a scratch directory, cd's into it (so relative paths in
@@ -14,7 +15,10 @@
 
 set -u
 
-: "${MIRROR_TOOL:=$(dirname "${BASH_SOURCE[0]}")/../../build/qemu-mirror-tool/mirror-tool}"
+if [ -z "${MIRROR_TOOL:-}" ]; then
+    MIRROR_TOOL=$(dirname "${BASH_SOURCE[0]}")/../../build
+    MIRROR_TOOL=$MIRROR_TOOL/qemu-mirror-tool/mirror-tool
+fi
 case $MIRROR_TOOL in
     /*) ;;
     *) MIRROR_TOOL=$PWD/$MIRROR_TOOL ;;
@@ -29,11 +33,18 @@ export LC_ALL=C
 # Background processes to kill on exit (see track_pid).
 _lib_pids=
 
+# TAP: cases so far; the plan is printed on exit.
+_lib_cases=0
+_lib_skipped=
+
 _lib_cleanup()
 {
     local pid
+    if [ -z "$_lib_skipped" ]; then
+        echo "1..$_lib_cases"
+    fi
     for pid in $_lib_pids; do
-        kill -KILL "$pid" 2>/dev/null
+        kill -KILL -- "$pid" 2>/dev/null
     done
     cd / && rm -rf "$scratch"
 }
@@ -45,10 +56,21 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 cd "$scratch" || exit 1
 
-# Remember a background pid (or "-pgid") so that cleanup kills it.
+# Remember a background pid (or -PGID for a process group) so that the
+# cleanup on exit kills it.
 track_pid()
 {
     _lib_pids="$_lib_pids $1"
+}
+
+# untrack_pid PID: PID was reaped (its number may be reused): forget it.
+untrack_pid()
+{
+    local p keep=
+    for p in $_lib_pids; do
+        [ "$p" = "$1" ] || keep="$keep $p"
+    done
+    _lib_pids=$keep
 }
 
 # requires CMD...: skip the whole script (exit 77) when a command is missing.
@@ -57,7 +79,8 @@ requires()
     local c
     for c in "$@"; do
         if ! command -v "$c" >/dev/null 2>&1; then
-            echo "SKIP: '$c' is not installed"
+            echo "1..0 # SKIP '$c' is not installed"
+            _lib_skipped=1
             exit 77
         fi
     done
@@ -65,7 +88,8 @@ requires()
 
 ok()
 {
-    echo "ok - $*"
+    _lib_cases=$((_lib_cases + 1))
+    echo "ok $_lib_cases - $*"
 }
 
 # The last command run by run/expect_exit: its words, exit code, output.
@@ -88,8 +112,16 @@ _lib_show_last()
 }
 
 # fail MSG: print MSG and the last command's details, exit 1.
+# not_ok MSG: record a failed case and go on (the script must exit 1 later).
+not_ok()
+{
+    _lib_cases=$((_lib_cases + 1))
+    echo "not ok $_lib_cases - $*"
+}
+
 fail()
 {
+    not_ok "$*"
     echo "FAIL: $*" >&2
     _lib_show_last
     exit 1
@@ -151,15 +183,15 @@ stderr_empty()
     [ ! -s "$last_err" ] || fail "expected nothing on stderr"
 }
 
-# to_bytes SIZE: 4K, 1M, 2G or plain bytes -> bytes.
+# to_bytes SIZE: bytes from 4K, 1M, 2G, plain numbers and sums of them
+# ("64M-64K", "3M+1").
 to_bytes()
 {
-    case $1 in
-        *K) echo $(( ${1%K} * 1024 )) ;;
-        *M) echo $(( ${1%M} * 1024 * 1024 )) ;;
-        *G) echo $(( ${1%G} * 1024 * 1024 * 1024 )) ;;
-        *) echo $(( $1 )) ;;
-    esac
+    local e=$1
+    e=${e//K/*1024}
+    e=${e//M/*1048576}
+    e=${e//G/*1073741824}
+    echo $(( e ))
 }
 
 # _lib_dd_range SRCDEV FILE OFFSET LENGTH: overwrite a range of FILE in place.
@@ -236,7 +268,9 @@ assert_unchanged()
 
 assert_absent()
 {
-    [ ! -e "$1" ] && [ ! -L "$1" ] || fail "${2:-$1}: '$1' was created"
+    if [ -e "$1" ] || [ -L "$1" ]; then
+        fail "${2:-$1}: '$1' was created"
+    fi
 }
 
 # assert_same A B [WHAT]: byte-identical files.
@@ -270,12 +304,14 @@ map_json()
 
 # extent_is MAPJSON OFFSET LENGTH hole|data: every extent of the map that
 # overlaps [OFFSET, OFFSET+LENGTH) is a hole (zero, no data) or data.
+# OFFSET and LENGTH take suffixes (see to_bytes).
 extent_is()
 {
     local out
-    out=$(python3 - "$@" <<'EOF'
+    out=$(python3 - "$1" "$(to_bytes "$2")" "$(to_bytes "$3")" "$4" <<'EOF'
 import json, sys
-path, off, length, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+path, want = sys.argv[1], sys.argv[4]
+off, length = int(sys.argv[2]), int(sys.argv[3])
 ext = json.load(open(path))
 end = off + length
 covered = 0

@@ -11,24 +11,25 @@
 # Copyright (C) 2026 qemu-mirror authors
 # SPDX-License-Identifier: GPL-2.0-or-later
 
+# shellcheck source=tests/qtest-like/lib.sh
 . "${TEST_LIB:-$(dirname "$0")/lib.sh}"
-requires python3 truncate dd cmp stat
+requires python3 qemu-img truncate dd cmp stat
 
-# json_get FILE KEY: a top-level member of a JSON object, as JSON.
-json_get()
+# expect_json FILE KEY=VALUE...: the top-level members of the JSON object
+# in FILE have these values (VALUE is JSON text); one python3 run.
+expect_json()
 {
-    python3 -c 'import json, sys
+    local out
+    out=$(python3 - "$@" <<'EOF'
+import json, sys
 d = json.load(open(sys.argv[1]))
-print(json.dumps(d[sys.argv[2]]) if sys.argv[2] in d else "<missing>")' \
-        "$1" "$2" || fail "$1 is not valid JSON"
-}
-
-# expect_json_field FILE KEY VALUE: the member is VALUE (JSON text).
-expect_json_field()
-{
-    local got
-    got=$(json_get "$1" "$2")
-    [ "$got" = "$3" ] || fail "info JSON: \"$2\" is $got, expected $3"
+for kv in sys.argv[2:]:
+    k, v = kv.split("=", 1)
+    got = json.dumps(d[k]) if k in d else "<missing>"
+    if got != v:
+        print('"%s" is %s, expected %s' % (k, got, v))
+EOF
+    ) && [ -z "$out" ] || fail "$1: ${out:-not valid JSON}"
 }
 
 size=$(to_bytes 10M)
@@ -48,41 +49,32 @@ ok "info (human): image, format raw, virtual size, disk size"
 # --- info, JSON -----------------------------------------------------------
 expect_ok "$T" info --output=json sparse.img
 cp "$last_out" info.json
-python3 -c 'import json, sys; json.load(sys.stdin)' <info.json ||
-    fail "info --output=json is not valid JSON"
-expect_json_field info.json format '"raw"'
-expect_json_field info.json virtual-size "$size"
-expect_json_field info.json filename '"sparse.img"'
-expect_json_field info.json dirty-flag false
-expect_json_field info.json actual-size "$(allocated_bytes sparse.img)"
+expect_json info.json format='"raw"' virtual-size="$size" \
+    filename='"sparse.img"' dirty-flag=false \
+    actual-size="$(allocated_bytes sparse.img)"
 ok "info --output=json: parses; format, virtual-size, actual-size, filename"
 
 # The same fields as qemu-img info reports.
-if command -v qemu-img >/dev/null; then
-    qemu-img info --output=json -f raw sparse.img >qinfo.json ||
-        fail "qemu-img info failed"
-    for k in format virtual-size actual-size dirty-flag; do
-        [ "$(json_get info.json "$k")" = "$(json_get qinfo.json "$k")" ] ||
-            fail "info: \"$k\" differs from qemu-img info"
-    done
-    ok "info --output=json agrees with qemu-img info"
-fi
+qemu-img info --output=json -f raw sparse.img >qinfo.json ||
+    fail "qemu-img info failed"
+expect_json qinfo.json format='"raw"' virtual-size="$size" dirty-flag=false \
+    actual-size="$(allocated_bytes sparse.img)"
+ok "info --output=json agrees with qemu-img info"
 
 # An odd size is reported exactly (not rounded up to 512).
 make_sparse_image odd.img 100000 0:10000
 expect_ok "$T" info --output=json odd.img
 cp "$last_out" odd.json
-expect_json_field odd.json virtual-size 100000
+expect_json odd.json virtual-size=100000
 ok "info: a 100000-byte image has virtual-size 100000"
 
 : >empty.img
 expect_ok "$T" info --output=json empty.img
 cp "$last_out" empty.json
-expect_json_field empty.json virtual-size 0
+expect_json empty.json virtual-size=0
 ok "info: an empty image has virtual-size 0"
 
 # --- map vs qemu-img map -------------------------------------------------
-requires qemu-img
 make_sparse_image m-sparse.img 10M 192K:128K 7M:8K 9M:1M
 make_random_image m-full.img 3M
 make_sparse_image m-holes.img 16M
@@ -100,8 +92,6 @@ for f in m-sparse m-full m-holes m-head m-tail m-odd m-mixed m-big; do
     run qemu-img map --output=json -f raw "$f.img"
     [ "$last_rc" = 0 ] || fail "qemu-img map failed"
     cp "$last_out" "$f.qemu"
-    python3 -c 'import json, sys; json.load(sys.stdin)' <"$f.ours" ||
-        fail "$f: map --output=json is not valid JSON"
     cmp -s "$f.ours" "$f.qemu" ||
         fail "$f: map --output=json differs from qemu-img map:
 $(diff "$f.ours" "$f.qemu")"

@@ -1,0 +1,124 @@
+/*
+ * NBD client driver: one libnbd handle's life.  Connecting is the control
+ * path and blocks (synchronous libnbd calls); once connected the handle
+ * is only driven asynchronously through its GSource (nbd-source.c).
+ * Closing never waits for the server.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/nbd-int.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+
+/* TLS settings from the URI; never downgrades an nbds:// URI. */
+static int nbdblk_conn_setup_tls(const NbdBlkUri *uri, struct nbd_handle *h)
+{
+    if (!uri->tls) {
+        return nbd_set_tls(h, LIBNBD_TLS_DISABLE);
+    }
+    if (nbd_set_tls(h, LIBNBD_TLS_REQUIRE) < 0) {
+        return -1;
+    }
+    if (uri->tls_certificates &&
+        nbd_set_tls_certificates(h, uri->tls_certificates) < 0) {
+        return -1;
+    }
+    if (uri->tls_psk_file &&
+        nbd_set_tls_psk_file(h, uri->tls_psk_file) < 0) {
+        return -1;
+    }
+    if (uri->tls_username &&
+        nbd_set_tls_username(h, uri->tls_username) < 0) {
+        return -1;
+    }
+    if (uri->tls_verify_peer >= 0 &&
+        nbd_set_tls_verify_peer(h, uri->tls_verify_peer) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+{
+    const NbdBlkUri *uri = s->uri;
+    g_autofree char *name = g_strdup_printf("nbdblk-%d", c->index);
+    struct nbd_handle *h = nbd_create();
+    int r;
+
+    if (!h) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
+                    s->display, nbd_get_error());
+        return false;
+    }
+    if (uri->tls && nbd_supports_tls(h) != 1) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': this libnbd was built without TLS support",
+                    s->display);
+        nbd_close(h);
+        return false;
+    }
+    /*
+     * Structured replies and base:allocation for block status; zeroed
+     * read buffers (CVE-2022-0485); libnbd's default strict mode stays on
+     * (bounds, alignment, flags checked before anything is sent).
+     */
+    r = nbd_set_handle_name(h, name);
+    r = r < 0 ? r : nbd_set_export_name(h, uri->export_name);
+    r = r < 0 ? r : nbd_set_request_structured_replies(h, true);
+    r = r < 0 ? r : nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+    r = r < 0 ? r : nbd_set_pread_initialize(h, true);
+    r = r < 0 ? r : nbdblk_conn_setup_tls(uri, h);
+    if (r >= 0) {
+        if (uri->transport == NBDBLK_TRANSPORT_UNIX) {
+            r = nbd_connect_unix(h, uri->socket);
+        } else {
+            r = nbd_connect_tcp(h, uri->host, uri->port);
+        }
+    }
+    if (r < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
+                    s->display, nbd_get_error());
+        nbd_close(h);
+        return false;
+    }
+    c->s = s;
+    c->h = h;
+    c->dead = false;
+    c->in_flight = 0;
+    return true;
+}
+
+void nbdblk_conn_close(NbdBlkConn *c)
+{
+    if (!c->h) {
+        return;
+    }
+    /*
+     * A polite NBD_CMD_DISC when we can send it without waiting (it is
+     * queued and sent as far as the socket takes it); nbd_shutdown()
+     * would block until the server hangs up.  Fails harmlessly on a
+     * connection that is not usable any more.
+     */
+    if (!c->dead) {
+        nbd_aio_disconnect(c->h, 0);
+    }
+    nbd_close(c->h);
+    c->h = NULL;
+}
+
+void nbdblk_conn_abort(NbdBlkConn *c)
+{
+    int fd;
+
+    if (!c->h || c->dead) {
+        return;
+    }
+    fd = nbd_aio_get_fd(c->h);
+    if (fd >= 0) {
+        /* The next read sees EOF: libnbd moves to DEAD and fails every
+         * command in flight with ENOTCONN. */
+        shutdown(fd, SHUT_RDWR);
+    }
+}

@@ -1,0 +1,180 @@
+/*
+ * NBD client driver internals, shared by block/nbd*.c:
+ *
+ *   nbd-uri.c     parse and validate URIs (block/nbd.h)
+ *   nbd-conn.c    one libnbd handle: connect (blocking, control path),
+ *                 disconnect, force-close
+ *   nbd-source.c  a handle as a GSource on the main loop
+ *   nbd-io.c      requests: connection choice, queueing, completions
+ *   nbd.c         the driver table: open, close, limits, info
+ *
+ * Threading: everything runs on the main loop thread.  libnbd calls our
+ * completion callbacks with its handle lock held, from inside
+ * nbd_aio_notify_*() or nbd_aio_*(); they only record the result and
+ * queue the request on NbdBlkState.done.  A GSource dispatch drains that
+ * queue after libnbd has returned, and only then runs upper completions.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_NBD_INT_H
+#define BLOCK_NBD_INT_H
+
+#include "block/block-int.h"
+#include "block/nbd.h"
+
+#include <libnbd.h>
+
+/* libnbd's advice: start with 64 requests in flight per connection. */
+#define NBDBLK_MAX_IN_FLIGHT  64
+
+/* Our cap on one read or write (the NBD "SHOULD accept" size). */
+#define NBDBLK_MAX_TRANSFER   (32 * 1024 * 1024)
+
+/* Cap on zero, trim and block status lengths (NBD lengths are 32 bit). */
+#define NBDBLK_MAX_LENGTH     (1LL << 31)
+
+typedef struct NbdBlkState NbdBlkState;
+typedef struct NbdBlkConn NbdBlkConn;
+
+typedef enum NbdBlkOp {
+    NBDBLK_OP_READ,
+    NBDBLK_OP_WRITE,
+    NBDBLK_OP_ZERO,
+    NBDBLK_OP_TRIM,
+    NBDBLK_OP_FLUSH,
+    NBDBLK_OP_STATUS,
+} NbdBlkOp;
+
+/* One driver request, or one per-connection part of a flush. */
+typedef struct NbdBlkReq NbdBlkReq;
+struct NbdBlkReq {
+    NbdBlkState *s;
+    NbdBlkConn *conn;           /* while issued to libnbd */
+    NbdBlkOp op;
+    int64_t offset;
+    int64_t bytes;
+    void *buf;
+    uint32_t nbd_flags;         /* LIBNBD_CMD_FLAG_* */
+    bool flush_after;           /* FUA without server FUA: write, flush */
+    bool counted;               /* holds a slot in conn->in_flight */
+    GArray *extents;            /* STATUS: the caller's array */
+    guint first_extent;         /* STATUS: extents->len at submission */
+    int64_t status_start;       /* STATUS: aligned range sent */
+    int64_t status_len;
+    bool status_seen;           /* STATUS: base:allocation answered */
+    int ret;                    /* 0 or -errno, once known */
+    NbdBlkReq *parent;          /* flush part: the whole flush */
+    int parts;                  /* flush: parts not finished yet */
+    BlockCompletionFunc *cb;
+    void *opaque;
+    GList link;                 /* in s->queued, s->done or a local list */
+};
+
+struct NbdBlkConn {
+    NbdBlkState *s;
+    int index;
+    struct nbd_handle *h;
+    GSource *source;
+    unsigned in_flight;         /* counted requests issued here */
+    bool dead;                  /* libnbd handle dead or closed */
+};
+
+struct NbdBlkState {
+    NbdBlkUri *uri;
+    char *display;              /* the spec for messages (redacted) */
+    NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
+    int nr_conns;
+
+    int64_t size;
+    uint32_t min_block;         /* as advertised; 0 = not advertised */
+    uint32_t pref_block;
+    uint32_t max_block;
+    bool read_only;
+    bool can_multi_conn;
+    bool can_flush;
+    bool can_fua;
+    bool can_zero;
+    bool can_fast_zero;
+    bool can_trim;
+    bool can_status;            /* base:allocation negotiated */
+
+    int next_conn;              /* where the next tie-break starts */
+    GQueue queued;              /* waiting for a free slot */
+    GQueue done;                /* finished, to complete from dispatch */
+    int dead_errno;             /* 0 while usable, else every request
+                                 * fails with -dead_errno */
+    bool cancelling;            /* cancel_in_flight(): ENOTCONN means
+                                 * ECANCELED */
+};
+
+/* ---- nbd-conn.c ---- */
+
+/*
+ * Create c->h and connect it to s->uri (blocking).  On failure sets @errp
+ * (BLOCK_ERROR_OPEN, libnbd's message) and leaves c->h NULL.
+ */
+bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp);
+
+/*
+ * Close c->h without waiting for the server: send NBD_CMD_DISC when the
+ * connection is healthy, then nbd_close().  Requests still in flight are
+ * dropped without completion (close() runs with nothing in flight).
+ */
+void nbdblk_conn_close(NbdBlkConn *c);
+
+/*
+ * Shut the socket of @c down so that libnbd notices on its next read and
+ * fails every command in flight; never blocks.
+ */
+void nbdblk_conn_abort(NbdBlkConn *c);
+
+/* ---- nbd-source.c ---- */
+
+/* Attach a GSource for @c to the thread-default main context. */
+void nbdblk_source_attach(NbdBlkConn *c);
+
+/* Destroy it (safe from inside its own dispatch). */
+void nbdblk_source_destroy(NbdBlkConn *c);
+
+/* ---- nbd-io.c ---- */
+
+/*
+ * Look at c->h after a libnbd call: when it has died, fail the node
+ * (every queued request fails, the other connections are aborted).
+ */
+void nbdblk_conn_check(NbdBlkConn *c);
+
+/*
+ * Finish what is on s->done: follow-up commands, flush parts, slots, the
+ * queue, and last the upper completions.  Called from dispatch; @s may be
+ * freed by a completion, so nothing touches it afterwards.
+ */
+void nbdblk_process_done(NbdBlkState *s);
+
+/* Make the node unusable: every request from now on fails with @err. */
+void nbdblk_set_dead(NbdBlkState *s, int err);
+
+/* Drop requests still queued or done without completing them (close). */
+void nbdblk_drop_requests(NbdBlkState *s);
+
+void nbdblk_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf, BdrvRequestFlags flags,
+                       BlockCompletionFunc *cb, void *opaque);
+void nbdblk_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags,
+                        BlockCompletionFunc *cb, void *opaque);
+void nbdblk_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, BdrvRequestFlags flags,
+                              BlockCompletionFunc *cb, void *opaque);
+void nbdblk_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                         int64_t bytes, BlockCompletionFunc *cb,
+                         void *opaque);
+void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                      void *opaque);
+void nbdblk_aio_block_status(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, GArray *extents,
+                             BlockCompletionFunc *cb, void *opaque);
+void nbdblk_cancel_in_flight(BlockDriverState *bs);
+
+#endif /* BLOCK_NBD_INT_H */

@@ -1,0 +1,499 @@
+/*
+ * NBD client driver, data path: requests onto connections.
+ *
+ * A request goes to the live connection with the fewest requests in
+ * flight (ties rotate), at most NBDBLK_MAX_IN_FLIGHT per connection; the
+ * rest wait in s->queued, first in first out, and start as others finish.
+ * Nothing here blocks.
+ *
+ * libnbd's completion callback only stores the result and moves the
+ * request to s->done (the handle lock is held there).  A dispatch of any
+ * connection's GSource then settles s->done: follow-up commands (a flush
+ * after a write that needed FUA), flush parts, slots, the queue, and last
+ * the upper completions.
+ *
+ * When a connection dies (the server went away, or cancel_in_flight() shut
+ * its socket), the whole node is dead: the other sockets are shut down so
+ * their commands fail at once, queued requests fail, and every later
+ * request fails with the same error.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/nbd-int.h"
+#include "util/cutils.h"
+
+#include <errno.h>
+#include <string.h>
+
+static NbdBlkReq *nbdblk_req_new(NbdBlkState *s, NbdBlkOp op,
+                                 int64_t offset, int64_t bytes, void *buf,
+                                 BlockCompletionFunc *cb, void *opaque)
+{
+    NbdBlkReq *req = g_new0(NbdBlkReq, 1);
+
+    req->s = s;
+    req->op = op;
+    req->offset = offset;
+    req->bytes = bytes;
+    req->buf = buf;
+    req->cb = cb;
+    req->opaque = opaque;
+    req->link.data = req;
+    return req;
+}
+
+/* Finish @req with @ret from the next dispatch (never synchronously). */
+static void nbdblk_req_done_later(NbdBlkReq *req, int ret)
+{
+    req->ret = ret;
+    g_queue_push_tail_link(&req->s->done, &req->link);
+}
+
+/* ---- libnbd callbacks: the handle lock is held, no nbd_* calls ---- */
+
+static int nbdblk_cmd_done(void *opaque, int *error)
+{
+    NbdBlkReq *req = opaque;
+
+    req->ret = *error ? -*error : 0;
+    g_queue_push_tail_link(&req->s->done, &req->link);
+    return 1;                   /* retire the command */
+}
+
+/* base:allocation -> BDRV_BLOCK_*: ZERO skips the read, HOLE alone does
+ * not (an unallocated range need not read as zero). */
+static unsigned nbdblk_status_flags(uint32_t state)
+{
+    if (state & LIBNBD_STATE_ZERO) {
+        return BDRV_BLOCK_ZERO |
+               (state & LIBNBD_STATE_HOLE ? 0 : BDRV_BLOCK_ALLOCATED);
+    }
+    if (state & LIBNBD_STATE_HOLE) {
+        return BDRV_BLOCK_DATA;
+    }
+    return BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED;
+}
+
+static void nbdblk_add_extent(GArray *extents, guint first, int64_t offset,
+                              int64_t length, unsigned flags)
+{
+    BlockExtent e = { .offset = offset, .length = length, .flags = flags };
+
+    if (extents->len > first) {
+        BlockExtent *last = &g_array_index(extents, BlockExtent,
+                                           extents->len - 1);
+
+        if (last->flags == flags && last->offset + last->length == offset) {
+            last->length += length;
+            return;
+        }
+    }
+    g_array_append_val(extents, e);
+}
+
+static int nbdblk_extent_cb(void *opaque, const char *metacontext,
+                            uint64_t offset, uint32_t *entries,
+                            size_t nr_entries, int *error)
+{
+    NbdBlkReq *req = opaque;
+    int64_t end = req->offset + req->bytes;
+    int64_t pos = offset;
+
+    if (strcmp(metacontext, LIBNBD_CONTEXT_BASE_ALLOCATION) ||
+        req->status_seen || pos > req->offset) {
+        return 0;
+    }
+    req->status_seen = true;
+    /*
+     * The extents are contiguous from the aligned start we asked for;
+     * keep their parts inside [offset, end).  Nothing kept means the
+     * reply was unusable: nbdblk_status_finish() reports data.
+     */
+    for (size_t i = 0; i + 1 < nr_entries && pos < end; i += 2) {
+        int64_t from = MAX(pos, req->offset);
+        int64_t to = MIN(pos + (int64_t)entries[i], end);
+
+        if (entries[i] == 0) {
+            break;
+        }
+        if (to > from) {
+            nbdblk_add_extent(req->extents, req->first_extent, from,
+                              to - from, nbdblk_status_flags(entries[i + 1]));
+        }
+        pos += entries[i];
+    }
+    return 0;
+}
+
+/* ---- issuing ---- */
+
+/* The live connection with the fewest counted requests, or NULL. */
+static NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
+{
+    NbdBlkConn *best = NULL;
+
+    for (int i = 0; i < s->nr_conns; i++) {
+        NbdBlkConn *c = &s->conns[(s->next_conn + i) % s->nr_conns];
+
+        if (!c->dead && (!best || c->in_flight < best->in_flight)) {
+            best = c;
+        }
+    }
+    if (best) {
+        s->next_conn = (best->index + 1) % s->nr_conns;
+    }
+    return best;
+}
+
+/* Hand @req to libnbd on @c. */
+static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
+{
+    nbd_completion_callback done = {
+        .callback = nbdblk_cmd_done,
+        .user_data = req,
+    };
+    int64_t cookie = -1;
+
+    req->conn = c;
+    switch (req->op) {
+    case NBDBLK_OP_READ:
+        cookie = nbd_aio_pread(c->h, req->buf, req->bytes, req->offset,
+                               done, 0);
+        break;
+    case NBDBLK_OP_WRITE:
+        cookie = nbd_aio_pwrite(c->h, req->buf, req->bytes, req->offset,
+                                done, req->nbd_flags);
+        break;
+    case NBDBLK_OP_ZERO:
+        cookie = nbd_aio_zero(c->h, req->bytes, req->offset, done,
+                              req->nbd_flags);
+        break;
+    case NBDBLK_OP_TRIM:
+        cookie = nbd_aio_trim(c->h, req->bytes, req->offset, done, 0);
+        break;
+    case NBDBLK_OP_FLUSH:
+        cookie = nbd_aio_flush(c->h, done, 0);
+        break;
+    case NBDBLK_OP_STATUS: {
+        nbd_extent_callback ext = {
+            .callback = nbdblk_extent_cb,
+            .user_data = req,
+        };
+
+        cookie = nbd_aio_block_status(c->h, req->status_len,
+                                      req->status_start, ext, done, 0);
+        break;
+    }
+    }
+    if (cookie < 0) {
+        /* Refused before anything was queued: no callback will come. */
+        int err = nbd_get_errno();
+
+        nbdblk_req_done_later(req, -(err > 0 ? err : EIO));
+    }
+    nbdblk_conn_check(c);
+}
+
+/* Start @req now on the least busy connection, or queue it. */
+static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
+{
+    NbdBlkConn *c;
+
+    if (s->dead_errno) {
+        nbdblk_req_done_later(req, -s->dead_errno);
+        return;
+    }
+    c = nbdblk_pick_conn(s);
+    g_assert(c);                /* all dead would have set dead_errno */
+    if (!g_queue_is_empty(&s->queued) ||
+        c->in_flight >= NBDBLK_MAX_IN_FLIGHT) {
+        g_queue_push_tail_link(&s->queued, &req->link);
+        return;
+    }
+    req->counted = true;
+    c->in_flight++;
+    nbdblk_issue(c, req);
+}
+
+/* Start queued requests while there are free slots. */
+static void nbdblk_pump(NbdBlkState *s)
+{
+    while (!g_queue_is_empty(&s->queued) && !s->dead_errno) {
+        NbdBlkConn *c = nbdblk_pick_conn(s);
+        NbdBlkReq *req;
+
+        if (!c || c->in_flight >= NBDBLK_MAX_IN_FLIGHT) {
+            return;
+        }
+        req = g_queue_pop_head(&s->queued);
+        req->counted = true;
+        c->in_flight++;
+        nbdblk_issue(c, req);
+    }
+}
+
+/* ---- death ---- */
+
+void nbdblk_set_dead(NbdBlkState *s, int err)
+{
+    GList *l;
+
+    if (s->dead_errno) {
+        return;
+    }
+    s->dead_errno = s->cancelling ? ECANCELED : err;
+    for (int i = 0; i < s->nr_conns; i++) {
+        nbdblk_conn_abort(&s->conns[i]);
+    }
+    while ((l = g_queue_pop_head_link(&s->queued))) {
+        nbdblk_req_done_later(l->data, -s->dead_errno);
+    }
+}
+
+void nbdblk_conn_check(NbdBlkConn *c)
+{
+    if (c->dead || !c->h) {
+        return;
+    }
+    if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
+        c->dead = true;
+        nbdblk_set_dead(c->s, ENOTCONN);
+    }
+}
+
+void nbdblk_drop_requests(NbdBlkState *s)
+{
+    GList *l;
+
+    while ((l = g_queue_pop_head_link(&s->queued)) ||
+           (l = g_queue_pop_head_link(&s->done))) {
+        g_free(l->data);
+    }
+}
+
+/* ---- completion ---- */
+
+/* A successful block status: make sure at least one extent is there. */
+static void nbdblk_status_finish(NbdBlkReq *req)
+{
+    if (req->extents->len == req->first_extent) {
+        /* No (usable) base:allocation answer: all of it is data. */
+        nbdblk_add_extent(req->extents, req->first_extent, req->offset,
+                          req->bytes,
+                          BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED);
+    }
+}
+
+/*
+ * One request came back.  Either it needs another command (then it is
+ * issued again), or it is a flush part, or it is finished: then it moves
+ * to @finished.
+ */
+static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished)
+{
+    NbdBlkReq *parent = req->parent;
+
+    if (s->cancelling && req->ret == -ENOTCONN) {
+        req->ret = -ECANCELED;
+    }
+    if (req->flush_after && req->ret == 0) {
+        /* The write is done; now the flush that makes it durable, on the
+         * same connection and in the same slot. */
+        req->flush_after = false;
+        req->op = NBDBLK_OP_FLUSH;
+        if (s->dead_errno) {
+            req->ret = -s->dead_errno;
+        } else {
+            nbdblk_issue(req->conn, req);
+            return;
+        }
+    }
+    if (req->counted) {
+        req->conn->in_flight--;
+        req->counted = false;
+    }
+    if (parent) {
+        if (req->ret < 0 && parent->ret == 0) {
+            parent->ret = req->ret;
+        }
+        g_free(req);
+        if (--parent->parts == 0) {
+            g_queue_push_tail_link(finished, &parent->link);
+        }
+        return;
+    }
+    if (req->op == NBDBLK_OP_STATUS && req->ret == 0) {
+        nbdblk_status_finish(req);
+    }
+    g_queue_push_tail_link(finished, &req->link);
+}
+
+void nbdblk_process_done(NbdBlkState *s)
+{
+    GQueue finished = G_QUEUE_INIT;
+    GList *l;
+
+    while ((l = g_queue_pop_head_link(&s->done))) {
+        nbdblk_settle(s, l->data, &finished);
+    }
+    nbdblk_pump(s);
+
+    /*
+     * Upper completions last, from a local list: one of them may close
+     * the node (once nothing else is in flight), so @s is not touched
+     * after the loop starts.
+     */
+    while ((l = g_queue_pop_head_link(&finished))) {
+        NbdBlkReq *req = l->data;
+        BlockCompletionFunc *cb = req->cb;
+        void *opaque = req->opaque;
+        int ret = req->ret;
+
+        g_free(req);
+        cb(opaque, ret);
+    }
+}
+
+/* ---- the driver's data path members ---- */
+
+/* FUA: the server's flag when it has one, else write then flush. */
+static void nbdblk_set_fua(NbdBlkState *s, NbdBlkReq *req,
+                           BdrvRequestFlags flags)
+{
+    if (!(flags & BDRV_REQ_FUA)) {
+        return;
+    }
+    if (s->can_fua) {
+        req->nbd_flags |= LIBNBD_CMD_FLAG_FUA;
+    } else if (s->can_flush) {
+        req->flush_after = true;
+    }
+}
+
+void nbdblk_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf, BdrvRequestFlags flags,
+                       BlockCompletionFunc *cb, void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+
+    nbdblk_submit(s, nbdblk_req_new(s, NBDBLK_OP_READ, offset, bytes, buf,
+                                    cb, opaque));
+}
+
+void nbdblk_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags,
+                        BlockCompletionFunc *cb, void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_WRITE, offset, bytes,
+                                    (void *)buf, cb, opaque);
+
+    nbdblk_set_fua(s, req, flags);
+    nbdblk_submit(s, req);
+}
+
+void nbdblk_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, BdrvRequestFlags flags,
+                              BlockCompletionFunc *cb, void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_ZERO, offset, bytes, NULL,
+                                    cb, opaque);
+
+    if (!s->can_zero ||
+        ((flags & BDRV_REQ_NO_FALLBACK) && !s->can_fast_zero)) {
+        /* io.c writes zero buffers instead (unless NO_FALLBACK). */
+        nbdblk_req_done_later(req, -ENOTSUP);
+        return;
+    }
+    if (flags & BDRV_REQ_NO_FALLBACK) {
+        req->nbd_flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
+    }
+    if (!(flags & BDRV_REQ_MAY_UNMAP)) {
+        req->nbd_flags |= LIBNBD_CMD_FLAG_NO_HOLE;
+    }
+    nbdblk_set_fua(s, req, flags);
+    nbdblk_submit(s, req);
+}
+
+void nbdblk_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                         int64_t bytes, BlockCompletionFunc *cb,
+                         void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_TRIM, offset, bytes, NULL,
+                                    cb, opaque);
+
+    if (!s->can_trim) {
+        nbdblk_req_done_later(req, 0);      /* discard is advisory */
+        return;
+    }
+    nbdblk_submit(s, req);
+}
+
+/* Flush every connection; the flush is done when all parts are. */
+void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                      void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_FLUSH, 0, 0, NULL, cb,
+                                    opaque);
+
+    if (!s->can_flush || s->dead_errno) {
+        nbdblk_req_done_later(req, s->dead_errno ? -s->dead_errno : 0);
+        return;
+    }
+    /* Parts hold no slot: a flush must not wait behind a full queue. */
+    req->parts = 1;
+    for (int i = 0; i < s->nr_conns && !s->dead_errno; i++) {
+        NbdBlkReq *part;
+
+        if (s->conns[i].dead) {
+            continue;
+        }
+        part = nbdblk_req_new(s, NBDBLK_OP_FLUSH, 0, 0, NULL, NULL, NULL);
+        part->parent = req;
+        req->parts++;
+        nbdblk_issue(&s->conns[i], part);
+    }
+    /* Drop the guard part: when every part failed or finished before
+     * this line (they only finish from a dispatch), complete now. */
+    if (--req->parts == 0) {
+        nbdblk_req_done_later(req, s->dead_errno ? -s->dead_errno : 0);
+    }
+}
+
+void nbdblk_aio_block_status(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, GArray *extents,
+                             BlockCompletionFunc *cb, void *opaque)
+{
+    NbdBlkState *s = bs->opaque;
+    int64_t align = s->min_block ? s->min_block : 1;
+    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_STATUS, offset, bytes,
+                                    NULL, cb, opaque);
+    int64_t end;
+
+    req->extents = extents;
+    req->first_extent = extents->len;
+    if (!s->can_status) {
+        nbdblk_status_finish(req);
+        nbdblk_req_done_later(req, 0);
+        return;
+    }
+    /* The server wants aligned ranges of at most 32 bits. */
+    req->status_start = QEMU_ALIGN_DOWN(offset, align);
+    end = MIN(QEMU_ALIGN_UP(offset + bytes, align), s->size);
+    req->status_len = MIN(end - req->status_start, NBDBLK_MAX_LENGTH);
+    req->bytes = MIN(offset + bytes,
+                     req->status_start + req->status_len) - offset;
+    nbdblk_submit(s, req);
+}
+
+void nbdblk_cancel_in_flight(BlockDriverState *bs)
+{
+    NbdBlkState *s = bs->opaque;
+
+    s->cancelling = true;
+    nbdblk_set_dead(s, ECANCELED);
+}

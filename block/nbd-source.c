@@ -1,0 +1,136 @@
+/*
+ * NBD client driver: a libnbd handle as a GSource (the pattern of libnbd's
+ * examples/glib-main-loop.c).  prepare() re-reads the handle's fd and
+ * direction, which change as the state machine moves; dispatch() calls
+ * nbd_aio_notify_read/write, which runs our completion callbacks with the
+ * handle locked, and then, with libnbd out of the way, finishes the
+ * requests those callbacks queued.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/nbd-int.h"
+
+typedef struct NbdBlkSource {
+    GSource source;             /* must be first */
+    NbdBlkConn *conn;
+    int fd;                     /* the fd being polled, -1 none */
+    gpointer tag;               /* from g_source_add_unix_fd() */
+    GIOCondition events;
+} NbdBlkSource;
+
+/* Poll what libnbd wants now: its fd may change, its direction does. */
+static void nbdblk_source_update(NbdBlkSource *ns)
+{
+    NbdBlkConn *c = ns->conn;
+    GIOCondition events = 0;
+    int fd = -1;
+
+    if (!c->dead) {
+        unsigned dir = nbd_aio_get_direction(c->h);
+
+        fd = nbd_aio_get_fd(c->h);
+        if (dir & LIBNBD_AIO_DIRECTION_READ) {
+            events |= G_IO_IN;
+        }
+        if (dir & LIBNBD_AIO_DIRECTION_WRITE) {
+            events |= G_IO_OUT;
+        }
+    }
+    if (fd != ns->fd) {
+        if (ns->tag) {
+            g_source_remove_unix_fd(&ns->source, ns->tag);
+            ns->tag = NULL;
+        }
+        ns->fd = fd;
+        if (fd >= 0) {
+            ns->tag = g_source_add_unix_fd(&ns->source, fd, events);
+        }
+        ns->events = events;
+    } else if (ns->tag && events != ns->events) {
+        g_source_modify_unix_fd(&ns->source, ns->tag, events);
+        ns->events = events;
+    }
+}
+
+static gboolean nbdblk_source_prepare(GSource *src, gint *timeout)
+{
+    NbdBlkSource *ns = (NbdBlkSource *)src;
+
+    *timeout = -1;
+    nbdblk_conn_check(ns->conn);
+    nbdblk_source_update(ns);
+    /* Requests finished outside a dispatch (a failed submission, a dead
+     * node) are completed from here, later than their submission. */
+    return !g_queue_is_empty(&ns->conn->s->done);
+}
+
+static gboolean nbdblk_source_check(GSource *src)
+{
+    NbdBlkSource *ns = (NbdBlkSource *)src;
+
+    return (ns->tag && g_source_query_unix_fd(src, ns->tag)) ||
+           !g_queue_is_empty(&ns->conn->s->done);
+}
+
+static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
+                                       gpointer data)
+{
+    NbdBlkSource *ns = (NbdBlkSource *)src;
+    NbdBlkConn *c = ns->conn;
+    GIOCondition revents = ns->tag ? g_source_query_unix_fd(src, ns->tag)
+                                   : 0;
+
+    if (revents && !c->dead) {
+        unsigned dir = nbd_aio_get_direction(c->h);
+        bool rd = revents & G_IO_IN;
+        bool wr = revents & G_IO_OUT;
+
+        if (revents & (G_IO_HUP | G_IO_ERR | G_IO_NVAL)) {
+            /* Let libnbd find out what happened, in the direction it is
+             * waiting for: a read sees EOF, a write EPIPE. */
+            rd = rd || (dir & LIBNBD_AIO_DIRECTION_READ) ||
+                 !(dir & LIBNBD_AIO_DIRECTION_WRITE);
+            wr = !rd;
+        }
+        /* Both ready: read first, a reply may change what to write. */
+        if (rd) {
+            nbd_aio_notify_read(c->h);
+        } else if (wr) {
+            nbd_aio_notify_write(c->h);
+        }
+        nbdblk_conn_check(c);
+    }
+    /* Last: completions may free the node, and this source with it. */
+    nbdblk_process_done(c->s);
+    return G_SOURCE_CONTINUE;
+}
+
+static GSourceFuncs nbdblk_source_funcs = {
+    .prepare = nbdblk_source_prepare,
+    .check = nbdblk_source_check,
+    .dispatch = nbdblk_source_dispatch,
+};
+
+void nbdblk_source_attach(NbdBlkConn *c)
+{
+    GSource *src = g_source_new(&nbdblk_source_funcs,
+                                sizeof(NbdBlkSource));
+    NbdBlkSource *ns = (NbdBlkSource *)src;
+    g_autofree char *name = g_strdup_printf("nbdblk-%d", c->index);
+
+    ns->conn = c;
+    ns->fd = -1;
+    g_source_set_name(src, name);
+    g_source_attach(src, g_main_context_get_thread_default());
+    c->source = src;
+}
+
+void nbdblk_source_destroy(NbdBlkConn *c)
+{
+    if (c->source) {
+        g_source_destroy(c->source);
+        g_source_unref(c->source);
+        c->source = NULL;
+    }
+}

@@ -1,0 +1,307 @@
+/*
+ * NBD client driver on libnbd: the driver table, open and close, limits
+ * and `info`.  Opening parses the URI (block/nbd-uri.c), connects one
+ * handle synchronously (the control path may block), reads the export's
+ * size, flags and block size constraints, and when the server advertises
+ * multi-conn opens up to "connections" handles (default 4).  From then on
+ * every handle is driven asynchronously by its GSource on the main loop
+ * (block/nbd-source.c, block/nbd-io.c).
+ *
+ * Open options: connections=N (1..16).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/nbd-int.h"
+#include "util/cutils.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+static bool nbdblk_recognize_spec(const char *spec)
+{
+    return nbdblk_spec_is_uri(spec);
+}
+
+static bool nbdblk_parse_connections(GHashTable *options, int *n,
+                                     GError **errp)
+{
+    const char *v = g_hash_table_lookup(options, "connections");
+    g_autoptr(GError) err = NULL;
+    int64_t count;
+
+    *n = NBDBLK_DEFAULT_CONNECTIONS;
+    if (!v) {
+        return true;
+    }
+    if (!parse_count("nbd: connections", v, 1, NBDBLK_MAX_CONNECTIONS,
+                     &count, &err)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "%s",
+                    err->message);
+        return false;
+    }
+    *n = count;
+    g_hash_table_remove(options, "connections");
+    return true;
+}
+
+/* The TLS files named by the URI, checked before connecting. */
+static bool nbdblk_check_tls_files(NbdBlkState *s, GError **errp)
+{
+    const NbdBlkUri *uri = s->uri;
+
+    if (uri->tls_certificates &&
+        !g_file_test(uri->tls_certificates, G_FILE_TEST_IS_DIR)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': tls-certificates '%s' is not a directory",
+                    s->display, uri->tls_certificates);
+        return false;
+    }
+    if (uri->tls_psk_file && access(uri->tls_psk_file, R_OK) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': tls-psk-file '%s': %s", s->display,
+                    uri->tls_psk_file, g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* A block size constraint: 0 (none) or a power of 2 up to @max. */
+static bool nbdblk_block_size(NbdBlkState *s, int which, const char *what,
+                              int64_t max, uint32_t *out, GError **errp)
+{
+    int64_t v = nbd_get_block_size(s->conns[0].h, which);
+
+    if (v < 0 || v > max || (v && which != LIBNBD_SIZE_MAXIMUM &&
+                             !is_power_of_2(v))) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': the server advertises an invalid %s block size "
+                    "(%" G_GINT64_FORMAT ")", s->display, what, v);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Size, flags and block size constraints of the first connection. */
+static bool nbdblk_read_export(NbdBlkState *s, int flags, GError **errp)
+{
+    struct nbd_handle *h = s->conns[0].h;
+
+    s->read_only = nbd_is_read_only(h) == 1;
+    if (s->read_only && (flags & BDRV_O_RDWR)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': the NBD export is read-only", s->display);
+        return false;
+    }
+    s->size = nbd_get_size(h);
+    if (s->size < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
+                    s->display, nbd_get_error());
+        return false;
+    }
+    if (!nbdblk_block_size(s, LIBNBD_SIZE_MINIMUM, "minimum", 64 * KiB,
+                           &s->min_block, errp) ||
+        !nbdblk_block_size(s, LIBNBD_SIZE_PREFERRED, "preferred",
+                           UINT32_MAX, &s->pref_block, errp) ||
+        !nbdblk_block_size(s, LIBNBD_SIZE_MAXIMUM, "maximum", UINT32_MAX,
+                           &s->max_block, errp)) {
+        return false;
+    }
+    if (s->min_block && s->size % s->min_block) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': the export size %" G_GINT64_FORMAT " is not a "
+                    "multiple of the minimum block size %u", s->display,
+                    s->size, s->min_block);
+        return false;
+    }
+    s->can_multi_conn = nbd_can_multi_conn(h) == 1;
+    s->can_flush = nbd_can_flush(h) == 1;
+    s->can_fua = nbd_can_fua(h) == 1;
+    s->can_zero = nbd_can_zero(h) == 1;
+    s->can_fast_zero = s->can_zero && nbd_can_fast_zero(h) == 1;
+    s->can_trim = nbd_can_trim(h) == 1;
+    s->can_status = nbd_can_meta_context(h,
+                                         LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+    return true;
+}
+
+/*
+ * More connections to a multi-conn server.  They are an optimisation: if
+ * one cannot be made (a client limit, say), keep those we have.
+ */
+static void nbdblk_connect_more(NbdBlkState *s, int want)
+{
+    for (int i = 1; i < want; i++) {
+        NbdBlkConn *c = &s->conns[i];
+        g_autoptr(GError) err = NULL;
+
+        c->index = i;
+        if (!nbdblk_conn_connect(s, c, &err)) {
+            return;
+        }
+        if (nbd_get_size(c->h) != s->size ||
+            nbd_is_read_only(c->h) != s->read_only) {
+            nbdblk_conn_close(c);
+            return;
+        }
+        s->nr_conns++;
+    }
+}
+
+static void nbdblk_close(BlockDriverState *bs)
+{
+    NbdBlkState *s = bs->opaque;
+
+    for (int i = 0; i < s->nr_conns; i++) {
+        nbdblk_source_destroy(&s->conns[i]);
+    }
+    for (int i = 0; i < s->nr_conns; i++) {
+        nbdblk_conn_close(&s->conns[i]);
+    }
+    nbdblk_drop_requests(s);
+    nbdblk_uri_free(s->uri);
+    g_free(s->display);
+}
+
+static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
+                        GHashTable *options, GError **errp)
+{
+    NbdBlkState *s = bs->opaque;
+    int want;
+
+    g_queue_init(&s->queued);
+    g_queue_init(&s->done);
+    s->display = nbdblk_uri_redact(spec);
+    s->uri = nbdblk_uri_parse(spec, errp);
+    if (!s->uri || !nbdblk_parse_connections(options, &want, errp) ||
+        !nbdblk_check_tls_files(s, errp)) {
+        goto out_free;
+    }
+    s->conns[0].index = 0;
+    if (!nbdblk_conn_connect(s, &s->conns[0], errp)) {
+        goto out_free;
+    }
+    s->nr_conns = 1;
+    if (!nbdblk_read_export(s, flags, errp)) {
+        goto out_close;
+    }
+    if (s->can_multi_conn) {
+        nbdblk_connect_more(s, want);
+    }
+    for (int i = 0; i < s->nr_conns; i++) {
+        nbdblk_source_attach(&s->conns[i]);
+    }
+    return true;
+
+out_close:
+    nbdblk_conn_close(&s->conns[0]);
+    s->nr_conns = 0;
+out_free:
+    nbdblk_uri_free(s->uri);
+    g_free(s->display);
+    return false;
+}
+
+static int64_t nbdblk_get_length(BlockDriverState *bs)
+{
+    NbdBlkState *s = bs->opaque;
+
+    return s->size;
+}
+
+static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
+{
+    NbdBlkState *s = bs->opaque;
+    int64_t align = s->min_block ? s->min_block : 1;
+    int64_t max = NBDBLK_MAX_TRANSFER;
+
+    if (s->max_block) {
+        max = MIN(max, s->max_block);
+    }
+    bl->request_alignment = align;
+    bl->max_transfer = MAX(QEMU_ALIGN_DOWN(max, align), align);
+    bl->opt_transfer = MIN(s->pref_block, bl->max_transfer);
+    bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(NBDBLK_MAX_LENGTH, align);
+    bl->max_pdiscard = bl->max_pwrite_zeroes;
+}
+
+static void nbdblk_info_add(GPtrArray *specific, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
+static void nbdblk_info_add(GPtrArray *specific, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    g_ptr_array_add(specific, g_strdup_vprintf(fmt, ap));
+    va_end(ap);
+}
+
+static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
+                            GError **errp)
+{
+    NbdBlkState *s = bs->opaque;
+    const NbdBlkUri *uri = s->uri;
+    GPtrArray *sp = g_ptr_array_new_with_free_func(g_free);
+    g_autofree char *export = g_strescape(uri->export_name, NULL);
+
+    info->actual_size = -1;
+    info->cluster_size = 0;
+    nbdblk_info_add(sp, "export: \"%s\"", export);
+    if (uri->transport == NBDBLK_TRANSPORT_UNIX) {
+        nbdblk_info_add(sp, "transport: unix (%s)", uri->socket);
+    } else {
+        nbdblk_info_add(sp, "transport: tcp (%s port %s)", uri->host,
+                        uri->port);
+    }
+    nbdblk_info_add(sp, "tls: %s", uri->tls ? "yes" : "no");
+    nbdblk_info_add(sp, "read-only: %s", s->read_only ? "yes" : "no");
+    nbdblk_info_add(sp, "connections: %d", s->nr_conns);
+    nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");
+    nbdblk_info_add(sp, "block size: minimum %u, preferred %u, maximum %u "
+                    "(0: not advertised)", s->min_block, s->pref_block,
+                    s->max_block);
+    nbdblk_info_add(sp, "features:%s%s%s%s%s%s",
+                    s->can_flush ? " flush" : "", s->can_fua ? " fua" : "",
+                    s->can_zero ? " zero" : "",
+                    s->can_fast_zero ? " fast-zero" : "",
+                    s->can_trim ? " trim" : "",
+                    s->can_status ? " base:allocation" : "");
+    if (s->dead_errno) {
+        nbdblk_info_add(sp, "state: failed (%s)", g_strerror(s->dead_errno));
+    }
+    if (info->specific) {
+        g_ptr_array_unref(info->specific);
+    }
+    info->specific = sp;
+    return true;
+}
+
+int nbdblk_get_connections(BlockDriverState *bs)
+{
+    NbdBlkState *s = bs->opaque;
+
+    if (bs->drv != &bdrv_nbd) {
+        return 0;
+    }
+    return s->nr_conns;
+}
+
+const BlockDriver bdrv_nbd = {
+    .format_name        = "nbd",
+    .instance_size      = sizeof(NbdBlkState),
+    .recognize_spec     = nbdblk_recognize_spec,
+    .open               = nbdblk_open,
+    .close              = nbdblk_close,
+    .get_length         = nbdblk_get_length,
+    .refresh_limits     = nbdblk_refresh_limits,
+    .get_info           = nbdblk_get_info,
+    .aio_preadv         = nbdblk_aio_preadv,
+    .aio_pwritev        = nbdblk_aio_pwritev,
+    .aio_pwrite_zeroes  = nbdblk_aio_pwrite_zeroes,
+    .aio_pdiscard       = nbdblk_aio_pdiscard,
+    .aio_flush          = nbdblk_aio_flush,
+    .aio_block_status   = nbdblk_aio_block_status,
+    .cancel_in_flight   = nbdblk_cancel_in_flight,
+};

@@ -1,0 +1,78 @@
+/*
+ * NBD client driver: the parts other code (and tests) may use.
+ *
+ * Image specs are NBD URIs (doc/uri.md of the NBD project):
+ *   nbd://HOST[:PORT]/EXPORT          TCP, port 10809 by default
+ *   nbd+unix:///EXPORT?socket=PATH    UNIX domain socket
+ *   nbds://..., nbds+unix://...       the same, TLS required
+ * TLS query parameters (nbds only): tls-certificates=DIR (X.509),
+ * tls-psk-file=FILE with optional tls-username=NAME (PSK),
+ * tls-verify-peer=0|1.  Every other parameter is an error.
+ *
+ * The parser is pure: it never touches the network or the file system, so
+ * a malformed URI is refused before anything connects.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_NBD_H
+#define BLOCK_NBD_H
+
+#include "block/block.h"
+
+/* Longest export name the NBD protocol allows, in bytes. */
+#define NBDBLK_MAX_EXPORT_NAME  4096
+
+/* Range and default of the "connections" open option. */
+#define NBDBLK_MAX_CONNECTIONS      16
+#define NBDBLK_DEFAULT_CONNECTIONS  4
+
+typedef enum NbdBlkTransport {
+    NBDBLK_TRANSPORT_TCP,
+    NBDBLK_TRANSPORT_UNIX,
+} NbdBlkTransport;
+
+/* A parsed, validated NBD URI.  Strings are decoded and owned. */
+typedef struct NbdBlkUri {
+    NbdBlkTransport transport;
+    bool tls;                   /* nbds: TLS required, never downgraded */
+    char *host;                 /* TCP: name or address, no brackets */
+    char *port;                 /* TCP: decimal 1..65535 ("10809") */
+    char *socket;               /* UNIX: socket path */
+    char *export_name;          /* may be "" (the default export) */
+    char *tls_certificates;     /* directory, or NULL */
+    char *tls_psk_file;         /* file, or NULL */
+    char *tls_username;         /* or NULL */
+    int tls_verify_peer;        /* -1: libnbd's default, 0 or 1 */
+} NbdBlkUri;
+
+/*
+ * Does @spec look like a URI this driver should answer for: any scheme
+ * starting with "nbd", or any "scheme://" (so that a malformed or unknown
+ * URI gets a URI error instead of "no such file")?
+ */
+bool nbdblk_spec_is_uri(const char *spec);
+
+/*
+ * Parse and validate @spec.  Returns a new NbdBlkUri, or NULL with @errp
+ * set (BLOCK_ERROR_INVALID, one line naming the problem, quoting the spec
+ * with user names redacted).
+ */
+NbdBlkUri *nbdblk_uri_parse(const char *spec, GError **errp);
+
+void nbdblk_uri_free(NbdBlkUri *uri);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(NbdBlkUri, nbdblk_uri_free)
+
+/*
+ * @spec for messages: the values of tls-username= and any user info are
+ * replaced by "xxx".  Returns a new string.
+ */
+char *nbdblk_uri_redact(const char *spec);
+
+/*
+ * Introspection for tests and `info`: the number of NBD connections @bs
+ * (an open "nbd" node) uses.
+ */
+int nbdblk_get_connections(BlockDriverState *bs);
+
+#endif /* BLOCK_NBD_H */
