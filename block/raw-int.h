@@ -48,6 +48,8 @@ typedef struct BDRVRawState {
     uint32_t request_alignment;
     uint32_t mem_alignment;
     guint unsupported;          /* RAW_NO_*, atomic */
+    bool serialise_writes;      /* buffered regular file: one writer */
+    GMutex write_lock;          /* held by that writer */
 } BDRVRawState;
 
 /* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying

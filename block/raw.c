@@ -209,6 +209,7 @@ static void raw_close(BlockDriverState *bs)
         close(s->fd);
     }
     s->fd = s->tail_fd = -1;
+    g_mutex_clear(&s->write_lock);
 }
 
 static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
@@ -223,6 +224,7 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
 
     s->fd = -1;
     s->tail_fd = -1;
+    g_mutex_init(&s->write_lock);
     if (!raw_parse_options(options, spec, &nocache, &align, errp)) {
         return false;
     }
@@ -253,6 +255,7 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
         }
         s->request_alignment = align;
     }
+    s->serialise_writes = !s->is_block && !nocache;
     return true;
 
 out_close:
