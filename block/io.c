@@ -406,6 +406,31 @@ static void bdrv_req_align(BdrvRequest *req, bool for_write)
     }
 }
 
+/*
+ * Checks every write-like request needs: a writable node, a range inside
+ * the image; an empty request succeeds at once.  Returns false when @req
+ * was completed here.
+ */
+static bool bdrv_req_check_write(BdrvRequest *req)
+{
+    BlockDriverState *bs = req->bs;
+
+    if (!(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, -EPERM);
+        return false;
+    }
+    if (req->offset > bs->total_bytes ||
+        req->bytes > bs->total_bytes - req->offset) {
+        bdrv_req_finish_later(req, -ENOSPC);
+        return false;
+    }
+    if (req->bytes == 0) {
+        bdrv_req_finish_later(req, 0);
+        return false;
+    }
+    return true;
+}
+
 void bdrv_aio_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
                     void *buf, BdrvRequestFlags flags,
                     BlockCompletionFunc *cb, void *opaque)
@@ -441,16 +466,7 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
     g_assert(offset >= 0 && bytes >= 0);
     req = bdrv_req_new(bs, BDRV_REQ_TYPE_WRITE, offset, bytes, (void *)buf,
                        flags & BDRV_REQ_FUA, cb, opaque);
-    if (!(bs->open_flags & BDRV_O_RDWR)) {
-        bdrv_req_finish_later(req, -EPERM);
-        return;
-    }
-    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
-        bdrv_req_finish_later(req, -ENOSPC);
-        return;
-    }
-    if (bytes == 0) {
-        bdrv_req_finish_later(req, 0);
+    if (!bdrv_req_check_write(req)) {
         return;
     }
     bdrv_req_align(req, true);
@@ -515,16 +531,7 @@ void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
     g_assert(offset >= 0 && bytes >= 0);
     req = bdrv_req_new(bs, BDRV_REQ_TYPE_ZERO, offset, bytes, NULL, flags,
                        cb, opaque);
-    if (!(bs->open_flags & BDRV_O_RDWR)) {
-        bdrv_req_finish_later(req, -EPERM);
-        return;
-    }
-    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
-        bdrv_req_finish_later(req, -ENOSPC);
-        return;
-    }
-    if (bytes == 0) {
-        bdrv_req_finish_later(req, 0);
+    if (!bdrv_req_check_write(req)) {
         return;
     }
     if (offset % align ||
@@ -552,12 +559,7 @@ void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
     g_assert(offset >= 0 && bytes >= 0);
     req = bdrv_req_new(bs, BDRV_REQ_TYPE_DISCARD, offset, bytes, NULL, 0,
                        cb, opaque);
-    if (!(bs->open_flags & BDRV_O_RDWR)) {
-        bdrv_req_finish_later(req, -EPERM);
-        return;
-    }
-    if (offset > bs->total_bytes || bytes > bs->total_bytes - offset) {
-        bdrv_req_finish_later(req, -ENOSPC);
+    if (!bdrv_req_check_write(req)) {
         return;
     }
     /* Shrink to whole blocks; the partial ends are simply kept. */

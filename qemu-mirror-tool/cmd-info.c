@@ -76,45 +76,25 @@ static void info_print_json(const char *filename, BlockImageInfo *info)
 
 int cmd_info(int argc, char **argv)
 {
-    g_autofree char *format = NULL;
-    g_autofree char *output = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     BlockImageInfo info = { 0 };
     bool json;
-    GOptionEntry entries[] = {
-        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
-          "image format (default: probe)", "FMT" },
-        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
-          "output format: human (default) or json", "FMT" },
-        { NULL },
-    };
+    int ret;
 
-    ctx = g_option_context_new("IMG");
-    g_option_context_set_summary(ctx, "Show an image's format and sizes.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
-        !tool_parse_output_format(output, &json) ||
-        !tool_expect_args("info", argc, 1, "one image")) {
-        return TOOL_EXIT_USAGE;
-    }
-    if (format && !bdrv_find_format(format)) {
-        tool_error("-f '%s': unknown image format", format);
-        return TOOL_EXIT_USAGE;
-    }
-    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    bs = tool_open_one_image("info", "Show an image's format and sizes.",
+                             argc, argv, &json, &ret);
     if (!bs) {
-        return TOOL_EXIT_USAGE;
+        return ret;
     }
     if (!bdrv_get_info(bs, &info, &err)) {
         tool_error("%s", err->message);
         return TOOL_EXIT_FAILURE;
     }
     if (json) {
-        info_print_json(argv[1], &info);
+        info_print_json(bdrv_get_filename(bs), &info);
     } else {
-        info_print_human(argv[1], &info);
+        info_print_human(bdrv_get_filename(bs), &info);
     }
     bdrv_image_info_clear(&info);
     return TOOL_EXIT_OK;

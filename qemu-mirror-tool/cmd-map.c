@@ -122,41 +122,20 @@ static void map_next(MapState *m)
 
 int cmd_map(int argc, char **argv)
 {
-    g_autofree char *format = NULL;
-    g_autofree char *output = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     MapState m = { 0 };
     bool json;
-    GOptionEntry entries[] = {
-        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
-          "image format (default: probe)", "FMT" },
-        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
-          "output format: human (default) or json", "FMT" },
-        { NULL },
-    };
+    int ret;
 
-    ctx = g_option_context_new("IMG");
-    g_option_context_set_summary(ctx,
+    bs = tool_open_one_image("map",
         "Show which parts of an image hold data, which read as zero,\n"
-        "and where the data lives.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
-        !tool_parse_output_format(output, &json) ||
-        !tool_expect_args("map", argc, 1, "one image")) {
-        return TOOL_EXIT_USAGE;
-    }
-    if (format && !bdrv_find_format(format)) {
-        tool_error("-f '%s': unknown image format", format);
-        return TOOL_EXIT_USAGE;
-    }
-    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+        "and where the data lives.", argc, argv, &json, &ret);
     if (!bs) {
-        return TOOL_EXIT_USAGE;
+        return ret;
     }
 
     m.bs = bs;
-    m.filename = argv[1];
+    m.filename = bdrv_get_filename(bs);
     m.json = json;
     m.first_json = true;
     m.extents = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
@@ -166,7 +145,7 @@ int cmd_map(int argc, char **argv)
     if (m.ret < 0) {
         fflush(stdout);
         tool_error("block status of '%s' failed at offset %" G_GINT64_FORMAT
-                   ": %s", argv[1], m.pos, g_strerror(-m.ret));
+                   ": %s", m.filename, m.pos, g_strerror(-m.ret));
         return TOOL_EXIT_FAILURE;
     }
     if (json) {

@@ -112,3 +112,40 @@ void tool_print_json(JsonNode *node, bool pretty)
     printf("%s\n", text);
     json_node_unref(node);
 }
+
+BlockDriverState *tool_open_one_image(const char *command,
+                                      const char *summary, int argc,
+                                      char **argv, bool *json,
+                                      int *exit_code)
+{
+    g_autofree char *format = NULL;
+    g_autofree char *output = NULL;
+    g_autoptr(GOptionContext) ctx = NULL;
+    BlockDriverState *bs;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
+          "image format (default: probe)", "FMT" },
+        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
+          "output format: human (default) or json", "FMT" },
+        { NULL },
+    };
+
+    *exit_code = TOOL_EXIT_USAGE;
+    ctx = g_option_context_new("IMG");
+    g_option_context_set_summary(ctx, summary);
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_parse_output_format(output, json) ||
+        !tool_expect_args(command, argc, 1, "one image")) {
+        return NULL;
+    }
+    if (format && !bdrv_find_format(format)) {
+        tool_error("-f '%s': unknown image format", format);
+        return NULL;
+    }
+    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    if (bs) {
+        *exit_code = TOOL_EXIT_OK;
+    }
+    return bs;
+}

@@ -68,6 +68,17 @@ BlockDriverState *tool_open_image(const char *role, const char *spec,
                                   const char *format, int flags,
                                   GHashTable *options);
 
+/*
+ * The command line of a command that reads one image (info, map):
+ * [-f FMT] [--output=human|json] IMG.  Parses it, opens the image
+ * read-only and returns it with *@json set; or prints why not and returns
+ * NULL with *@exit_code set.
+ */
+BlockDriverState *tool_open_one_image(const char *command,
+                                      const char *summary, int argc,
+                                      char **argv, bool *json,
+                                      int *exit_code);
+
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;
 void tool_print_json(JsonNode *node, bool pretty);
