@@ -12,6 +12,18 @@
 #include <errno.h>
 #include <sys/socket.h>
 
+/* libnbd's last error, prefixed with the spec, the user name scrubbed. */
+static void nbdblk_conn_error(NbdBlkState *s, GError **errp)
+{
+    g_autoptr(GString) msg = g_string_new(nbd_get_error());
+
+    if (s->uri->tls_username && *s->uri->tls_username) {
+        g_string_replace(msg, s->uri->tls_username, "xxx", 0);
+    }
+    g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
+                s->display, msg->str);
+}
+
 /* TLS settings from the URI; never downgrades an nbds:// URI. */
 static int nbdblk_conn_setup_tls(const NbdBlkUri *uri, struct nbd_handle *h)
 {
@@ -48,8 +60,7 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     int r;
 
     if (!h) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
-                    s->display, nbd_get_error());
+        nbdblk_conn_error(s, errp);
         return false;
     }
     if (uri->tls && nbd_supports_tls(h) != 1) {
@@ -78,8 +89,7 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
         }
     }
     if (r < 0) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "'%s': %s",
-                    s->display, nbd_get_error());
+        nbdblk_conn_error(s, errp);
         nbd_close(h);
         return false;
     }

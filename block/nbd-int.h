@@ -25,9 +25,6 @@
 
 #include <libnbd.h>
 
-/* libnbd's advice: start with 64 requests in flight per connection. */
-#define NBDBLK_MAX_IN_FLIGHT  64
-
 /* Our cap on one read or write (the NBD "SHOULD accept" size). */
 #define NBDBLK_MAX_TRANSFER   (32 * 1024 * 1024)
 

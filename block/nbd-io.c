@@ -226,7 +226,7 @@ static void nbdblk_pump(NbdBlkState *s)
         if (!c || c->in_flight >= NBDBLK_MAX_IN_FLIGHT) {
             return;
         }
-        req = g_queue_pop_head(&s->queued);
+        req = g_queue_pop_head_link(&s->queued)->data;
         req->counted = true;
         c->in_flight++;
         nbdblk_issue(c, req);

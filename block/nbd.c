@@ -288,6 +288,19 @@ int nbdblk_get_connections(BlockDriverState *bs)
     return s->nr_conns;
 }
 
+void nbdblk_get_counts(BlockDriverState *bs, unsigned *in_flight,
+                       unsigned *queued)
+{
+    NbdBlkState *s = bs->opaque;
+
+    g_assert(bs->drv == &bdrv_nbd);
+    *in_flight = 0;
+    for (int i = 0; i < s->nr_conns; i++) {
+        *in_flight += s->conns[i].in_flight;
+    }
+    *queued = g_queue_get_length(&s->queued);
+}
+
 const BlockDriver bdrv_nbd = {
     .format_name        = "nbd",
     .instance_size      = sizeof(NbdBlkState),

@@ -27,6 +27,10 @@
 #define NBDBLK_MAX_CONNECTIONS      16
 #define NBDBLK_DEFAULT_CONNECTIONS  4
 
+/* Requests in flight per connection (libnbd's advice); more wait in the
+ * driver. */
+#define NBDBLK_MAX_IN_FLIGHT  64
+
 typedef enum NbdBlkTransport {
     NBDBLK_TRANSPORT_TCP,
     NBDBLK_TRANSPORT_UNIX,
@@ -74,5 +78,13 @@ char *nbdblk_uri_redact(const char *spec);
  * (an open "nbd" node) uses.
  */
 int nbdblk_get_connections(BlockDriverState *bs);
+
+/*
+ * Introspection for tests: requests of @bs issued to libnbd and holding a
+ * slot (at most NBDBLK_MAX_IN_FLIGHT per connection), and requests waiting
+ * in the driver for a slot.
+ */
+void nbdblk_get_counts(BlockDriverState *bs, unsigned *in_flight,
+                       unsigned *queued);
 
 #endif /* BLOCK_NBD_H */
