@@ -300,6 +300,13 @@ bool bdrv_create(const char *format, const char *filename, int64_t size,
     return drv->create(filename, size, opts, errp);
 }
 
+const char *bdrv_spec_driver(const char *spec)
+{
+    const BlockDriver *drv = bdrv_driver_for_spec(spec);
+
+    return drv ? drv->format_name : NULL;
+}
+
 const char *bdrv_get_format_name(BlockDriverState *bs)
 {
     return bs->drv->format_name;
@@ -379,6 +386,14 @@ bool bdrv_same_storage(const char *spec_a, const char *spec_b)
 {
     struct stat a, b;
 
+    /*
+     * Driver specs (NBD URIs, null:) name storage we cannot compare: a
+     * server may well serve its own verification (nbdkit sparse-random
+     * as source and target of one copy).
+     */
+    if (bdrv_driver_for_spec(spec_a) || bdrv_driver_for_spec(spec_b)) {
+        return false;
+    }
     if (!strcmp(spec_a, spec_b)) {
         return true;
     }

@@ -120,6 +120,10 @@ bool bdrv_create(const char *format, const char *filename, int64_t size,
 /* Is @format the name of a registered driver? */
 bool bdrv_find_format(const char *format);
 
+/* The driver that @spec names by its syntax ("nbd" for an NBD URI,
+ * "null" for null:...), or NULL for a plain file name. */
+const char *bdrv_spec_driver(const char *spec);
+
 /* The driver name of @bs ("raw", "null", ...). */
 const char *bdrv_get_format_name(BlockDriverState *bs);
 
@@ -152,8 +156,9 @@ uint32_t bdrv_get_mem_alignment(BlockDriverState *bs);
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
 
 /*
- * Two specs name the same storage (same device and inode for files, same
- * string otherwise)?  Used to refuse copying an image onto itself.
+ * Do two file names name the same storage (same path, or same device and
+ * inode)?  Used to refuse copying an image onto itself.  Driver specs (NBD
+ * URIs, null:) are never "the same": a server may serve both ends.
  */
 bool bdrv_same_storage(const char *spec_a, const char *spec_b);
 

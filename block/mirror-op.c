@@ -71,7 +71,8 @@ static void mirror_op_failed(MirrorOp *op, bool is_read, int ret,
     MirrorJob *s = op->s;
 
     dirty_bitmap_set(s->dirty, op->offset, op->bytes);
-    if (ret < 0) {
+    if (ret < 0 && !job_is_cancelled(&s->common)) {
+        /* After a force cancel, failures are the cancel's doing. */
         mirror_error(s, is_read, ret, offset, bytes);
     }
     mirror_op_retire(op);

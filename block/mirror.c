@@ -286,7 +286,16 @@ static bool mirror_complete(Job *job, GError **errp)
 
 static void mirror_cancel(Job *job, bool force)
 {
-    mirror_kick(mirror_job(job));
+    MirrorJob *s = mirror_job(job);
+
+    if (force && s->in_flight) {
+        /*
+         * Abort what waits on the target (an NBD server that stopped
+         * answering, say).  The source stays usable: guests still use it.
+         */
+        bdrv_cancel_in_flight(s->dst);
+    }
+    mirror_kick(s);
 }
 
 static void mirror_set_speed(Job *job, int64_t speed)

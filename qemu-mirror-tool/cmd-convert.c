@@ -33,6 +33,7 @@ typedef struct ConvertOptions {
     char *rate;
     char *chunk_size;
     char *buf_size;
+    char *connections;
     gboolean no_create;
     gboolean oob_writes;
     gboolean progress;
@@ -52,6 +53,7 @@ static void convert_options_clear(ConvertOptions *o)
     g_free(o->rate);
     g_free(o->chunk_size);
     g_free(o->buf_size);
+    g_free(o->connections);
 }
 
 /* Cache mode names: "none" = O_DIRECT, "writeback" = the page cache. */
@@ -72,7 +74,7 @@ static bool convert_cache_flags(const char *opt, const char *mode,
 /* Turn the option strings into job parameters; false = bad input. */
 static bool convert_parse(ConvertOptions *o, MirrorParams *p,
                           int *src_flags, int *dst_flags,
-                          GHashTable **create_opts)
+                          GHashTable **create_opts, GHashTable *nbd_opts)
 {
     g_autoptr(GError) err = NULL;
     int64_t v;
@@ -135,6 +137,14 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
         }
         p->buf_size = v;
     }
+    if (o->connections) {
+        if (!parse_count("--connections", o->connections, 1, 16, &v,
+                         &err)) {
+            goto out_err;
+        }
+        g_hash_table_insert(nbd_opts, g_strdup("connections"),
+                            g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
     if (o->target_is_zero && !o->no_create) {
         tool_error("--target-is-zero requires -n (an existing target)");
         return false;
@@ -157,6 +167,15 @@ out_err:
     return false;
 }
 
+/* Open options for @spec: the NBD ones only for NBD URIs. */
+static GHashTable *convert_open_options(const char *spec,
+                                        GHashTable *nbd_opts)
+{
+    const char *drv = bdrv_spec_driver(spec);
+
+    return drv && !strcmp(drv, "nbd") ? nbd_opts : NULL;
+}
+
 /* Open the target: existing (-n) or newly created; false = bad input or
  * a failure, with *exit_code set. */
 static BlockDriverState *convert_open_target(ConvertOptions *o,
@@ -164,6 +183,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
                                              BlockDriverState *src,
                                              int dst_flags,
                                              GHashTable *create_opts,
+                                             GHashTable *open_opts,
                                              int *exit_code)
 {
     const char *fmt = o->dst_format ? o->dst_format : "raw";
@@ -175,7 +195,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
         /* Never probe a target: it is raw unless -O or its spec says. */
         bs = tool_open_image("target", dst, o->dst_format,
                              dst_flags | BDRV_O_RDWR | BDRV_O_NO_PROBE,
-                             NULL);
+                             open_opts);
         if (!bs) {
             return NULL;
         }
@@ -211,6 +231,9 @@ int cmd_convert(int argc, char **argv)
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) create_opts = NULL;
+    g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
+                                                           g_str_equal,
+                                                           g_free, g_free);
     g_autoptr(GError) err = NULL;
     MirrorParams p;
     JobRunner runner;
@@ -243,6 +266,9 @@ int cmd_convert(int argc, char **argv)
           "largest single I/O, power of 2 in 4K..64M (default 1M)", "SIZE" },
         { "buf-size", 0, 0, G_OPTION_ARG_STRING, &o.buf_size,
           "bytes of data in flight (default 16M)", "SIZE" },
+        { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
+          "NBD connections per end when the server allows multi-conn, "
+          "1..16 (default 4)", "N" },
         { "cache", 't', 0, G_OPTION_ARG_STRING, &o.dst_cache,
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,
@@ -261,7 +287,8 @@ int cmd_convert(int argc, char **argv)
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("convert", argc, 2, "a source and a target") ||
-        !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts)) {
+        !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts,
+                       nbd_opts)) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -270,7 +297,8 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
-    src = tool_open_image("source", argv[1], o.src_format, src_flags, NULL);
+    src = tool_open_image("source", argv[1], o.src_format, src_flags,
+                          convert_open_options(argv[1], nbd_opts));
     if (!src) {
         ret = TOOL_EXIT_USAGE;
         goto out;
@@ -279,7 +307,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              &ret);
+                              convert_open_options(argv[2], nbd_opts), &ret);
     if (!dst) {
         goto out_runner;
     }
