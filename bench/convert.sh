@@ -50,41 +50,21 @@ SWEEP_CHUNKS=${SWEEP_CHUNKS:-"64K 256K 1M 4M"}
 SWEEP_M=${SWEEP_M:-"4 16 64"}
 SWEEP_FLAGS=${SWEEP_FLAGS:-"-W"}
 IMG1_GIB=${IMG1_GIB:-4} IMG2_GIB=${IMG2_GIB:-2}   # smaller for smoke tests
+BENCH=convert.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MT=${MIRROR_TOOL:-$ROOT/build/qemu-mirror-tool/mirror-tool}
-DEFAULT_BUF=16M                 # mirror-tool's default --buf-size
-MiB=$((1 << 20))
-
-die() { echo "convert.sh: error: $*" >&2; exit 1; }
-log() { echo "$*" >&2; }
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 case $MODE in compare|sweep) ;; *) die "usage: $0 [compare|sweep]" ;; esac
 [[ -x $MT ]] || die "$MT not built (ninja -C build)"
-for t in qemu-img nbdcopy cp cmp openssl /usr/bin/time; do
-    command -v "$t" >/dev/null || die "$t not installed"
-done
+need qemu-img nbdcopy cp cmp openssl /usr/bin/time
 
 SCRATCH=$(mktemp -d /dev/shm/convert-bench.XXXXXX)
 trap 'rm -rf "$SCRATCH"' EXIT
 trap 'exit 130' INT TERM
 RES=$SCRATCH/results.tsv        # image  row  wall  cpu  rss_kib
 : >"$RES"
-
-# "16M" -> bytes (K/M/G suffixes, powers of 2).
-to_bytes() {
-    local v=${1^^} n
-    n=${v%[KMG]}
-    case $v in
-    *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;;
-    *G) echo $((n << 30)) ;; *) echo "$n" ;;
-    esac
-}
-
-# Deterministic random byte stream (AES-CTR keystream keyed by $1).
-randstream() {
-    openssl enc -aes-128-ctr -nosalt -K "$(printf '%032x' "$1")" \
-        -iv 00000000000000000000000000000000 -in /dev/zero 2>/dev/null || true
-}
 
 # make_sparse PATH SIZE_GIB PCT: runs of 1..128 64K-units at random offsets
 # until PCT% of the units are allocated; merged runs are then filled with
@@ -110,48 +90,12 @@ make_sparse() {
         "$(du -m "$path" | cut -f1) MiB allocated of $(($2 * 1024)) MiB"
 }
 
-# make_full PATH SIZE_GIB KEY: fully allocated random file.
-make_full() { randstream "$3" | head -c "$2G" >"$1"; }
-
-# Touch most free memory once so first-touch cost does not land in a run.
-prefault() {
-    local avail
-    avail=$(awk '/MemAvailable/ { print int($2 / 1048576) - 3 }' /proc/meminfo)
-    ((avail > 0)) || return 0
-    log "prefaulting ${avail} GiB of memory..."
-    fallocate -l "${avail}G" "$SCRATCH/prefault" 2>/dev/null || true
-    rm -f "$SCRATCH/prefault"
-}
-
-# Rows: LABEL[i], CMD[i] (word-split prefix, SRC DST appended), LIMIT[i]
-# (RSS limit in bytes for mirror-tool rows, empty for peers).
-LABEL=() CMD=() LIMIT=()
-add_row() {
-    local label=$1 cmd buf=$DEFAULT_BUF w prev=
-    cmd=$(echo $2)               # squeeze spaces (no globs in options)
-    LABEL+=("$label") CMD+=("$cmd")
-    if [[ $cmd == "$MT "* ]]; then
-        for w in $cmd; do          # last --buf-size wins
-            [[ $prev == --buf-size ]] && buf=$w
-            [[ $w == --buf-size=* ]] && buf=${w#--buf-size=}
-            prev=$w
-        done
-        LIMIT+=($(($(to_bytes "$buf") + 32 * MiB)))
-    else
-        LIMIT+=("")
-    fi
-}
-
 BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
 if [[ $MODE == compare ]]; then
     add_row "mirror-tool" "$MT convert -n $BUFOPT"
     add_row "mirror-tool -W" "$MT convert -n -W $BUFOPT"
     REF=1
-    IFS=';' read -ra extras <<<"$MIRROR_EXTRA"
-    for e in "${extras[@]}"; do
-        e=$(echo $e)               # trim
-        [[ -n $e ]] && add_row "mirror-tool -W $e" "$MT convert -n -W $BUFOPT $e"
-    done
+    add_extra_rows "mirror-tool -W" "$MT convert -n -W $BUFOPT"
     add_row "qemu-img" "qemu-img convert -n -W -m 16 -f raw -O raw"
     add_row "nbdcopy" "nbdcopy"
     add_row "cp" "cp --sparse=always"
@@ -207,41 +151,26 @@ bench_image() {
     rm -f "$dst"
 }
 
-col() { awk -F'\t' -v i="$1" -v r="$2" -v c="$3" '$1 == i && $2 == r { print $c }' "$RES"; }
-median() {
-    sort -g | awk '{ a[NR] = $1 } END {
-        if (NR % 2) printf "%.3f\n", a[(NR + 1) / 2]
-        else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
 # report IMG TITLE: table + verdict.
 report() {
-    local img=$1 k w c r ref ok worst
-    local -a MW MC MR
-    for ((k = 0; k < NROWS; k++)); do
-        MW[k]=$(col "$img" "$k" 3 | median)
-        MC[k]=$(col "$img" "$k" 4 | median)
-        MR[k]=$(col "$img" "$k" 5 | sort -n | tail -1)
-    done
+    local img=$1 k w ref ok worst rss_ok lim_mib
+    summarize "$img"
     ref=${MW[REF]}
     echo
     echo "== $2 (RUNS=$RUNS, ratio = median wall / median wall of '${LABEL[REF]}') =="
     printf '%-40s %9s %9s %8s %7s\n' tool wall_s cpu_s rss_MiB ratio
     for ((k = 0; k < NROWS; k++)); do
         printf '%-40s %9s %9s %8s %7s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
-            $((MR[k] / 1024)) "$(awk -v a="${MW[k]}" -v b="$ref" 'BEGIN { printf "%.2f", a / b }')"
+            $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$ref")"
     done
     for ((k = 0; k < NROWS; k++)); do
         [[ -n ${LIMIT[k]} ]] || continue
-        local rss_ok=no lim_mib=$((LIMIT[k] / MiB))
-        ((MR[k] * 1024 < LIMIT[k])) && rss_ok=yes
+        rss_ok=$(rss_check "$k") lim_mib=$((LIMIT[k] / MiB))
         if [[ $MODE == compare ]]; then
             ok=yes worst=
             for ((w = 0; w < NROWS; w++)); do
                 [[ -z ${LIMIT[w]} ]] || continue
-                if awk -v a="${MW[k]}" -v b="${MW[w]}" 'BEGIN { exit !(a > b) }'; then
-                    ok=no worst+=" ${LABEL[w]}"
-                fi
+                if gt "${MW[k]}" "${MW[w]}"; then ok=no worst+=" ${LABEL[w]}"; fi
             done
             echo "verdict $img: ${LABEL[k]}: wall <= every peer: $ok${worst:+ (slower than:$worst)};" \
                 "peak RSS $((MR[k] / 1024)) MiB < $lim_mib MiB: $rss_ok"

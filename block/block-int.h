@@ -168,12 +168,14 @@ struct BlockDriverState {
     GQueue tracked;          /* BdrvRequest in flight, for serialisation */
     GQueue waiting;          /* BdrvRequest waiting on an overlap */
     void *zero_buffer;       /* aligned zeroes for the write fallback */
+    GArray *write_notifiers; /* BdrvWriteNotifier, or NULL */
     int64_t zero_buffer_size;
 };
 
 /* Driver tables, listed in block.c's registry. */
 extern const BlockDriver bdrv_raw;
 extern const BlockDriver bdrv_null;
+extern const BlockDriver bdrv_blkdebug;
 extern const BlockDriver bdrv_nbd;
 
 /*

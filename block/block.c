@@ -20,6 +20,7 @@ G_DEFINE_QUARK(mirror-block-error-quark, block_error)
 static const BlockDriver *const block_drivers[] = {
     &bdrv_raw,
     &bdrv_null,
+    &bdrv_blkdebug,
     &bdrv_nbd,
 };
 
@@ -247,7 +248,11 @@ void bdrv_unref(BlockDriverState *bs)
         return;
     }
     g_assert(bs->in_flight == 0);
+    g_assert(!bs->write_notifiers || bs->write_notifiers->len == 0);
     bs->drv->close(bs);
+    if (bs->write_notifiers) {
+        g_array_unref(bs->write_notifiers);
+    }
     qemu_vfree(bs->zero_buffer);
     g_free(bs->opaque);
     g_free(bs->filename);

@@ -234,6 +234,20 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
  */
 void bdrv_cancel_in_flight(BlockDriverState *bs);
 
+/*
+ * Called when a write, write-zeroes or discard of [offset, offset+bytes)
+ * submitted through io.c on the node completes, successfully or not (a
+ * failed write may still have changed data), before the submitter's
+ * completion runs.  The mirror job uses it to dirty what guests write.
+ */
+typedef void BdrvWriteNotifyFunc(void *opaque, int64_t offset,
+                                 int64_t bytes);
+
+void bdrv_add_write_notifier(BlockDriverState *bs, BdrvWriteNotifyFunc *fn,
+                             void *opaque);
+void bdrv_remove_write_notifier(BlockDriverState *bs,
+                                BdrvWriteNotifyFunc *fn, void *opaque);
+
 /* Requests submitted through io.c on @bs and not yet completed. */
 uint64_t bdrv_get_in_flight(BlockDriverState *bs);
 

@@ -7,10 +7,7 @@
 #include "block/dirty-bitmap.h"
 #include "util/cutils.h"
 #include "util/hbitmap.h"
-
-/* The rate is an exponentially weighted average over ~2 s windows. */
-#define DIRTY_RATE_WINDOW_NS (500 * 1000 * 1000LL)
-#define DIRTY_RATE_WEIGHT 0.25
+#include "util/rate-meter.h"
 
 struct DirtyBitmap {
     HBitmap *hb;
@@ -18,9 +15,7 @@ struct DirtyBitmap {
     int64_t granularity;
 
     bool track_rate;
-    int64_t window_start_ns;
-    int64_t window_bytes;     /* newly dirtied in the current window */
-    double rate;              /* bytes per second */
+    RateMeter rate;           /* newly dirtied bytes */
 };
 
 DirtyBitmap *dirty_bitmap_new(int64_t size, int64_t granularity)
@@ -54,13 +49,9 @@ int64_t dirty_bitmap_size(const DirtyBitmap *bm)
 
 static void dirty_bitmap_account(DirtyBitmap *bm, int64_t newly)
 {
-    int64_t now = clock_ns();
-
-    if (!bm->track_rate) {
-        return;
+    if (bm->track_rate) {
+        rate_meter_add(&bm->rate, clock_ns(), newly);
     }
-    dirty_bitmap_rate(bm, now);
-    bm->window_bytes += newly;
 }
 
 void dirty_bitmap_set(DirtyBitmap *bm, int64_t offset, int64_t bytes)
@@ -135,28 +126,10 @@ int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset)
 void dirty_bitmap_track_rate(DirtyBitmap *bm, bool track)
 {
     bm->track_rate = track;
-    bm->window_start_ns = clock_ns();
-    bm->window_bytes = 0;
-    bm->rate = 0;
+    rate_meter_reset(&bm->rate, clock_ns());
 }
 
 double dirty_bitmap_rate(DirtyBitmap *bm, int64_t now_ns)
 {
-    if (!bm->track_rate) {
-        return 0;
-    }
-    /* Close every full window since the last call. */
-    while (now_ns - bm->window_start_ns >= DIRTY_RATE_WINDOW_NS) {
-        double w = bm->window_bytes * 1e9 / DIRTY_RATE_WINDOW_NS;
-
-        bm->rate = bm->rate * (1 - DIRTY_RATE_WEIGHT) + w * DIRTY_RATE_WEIGHT;
-        bm->window_bytes = 0;
-        bm->window_start_ns += DIRTY_RATE_WINDOW_NS;
-        if (now_ns - bm->window_start_ns > 20 * DIRTY_RATE_WINDOW_NS) {
-            /* Long idle: the average has decayed to nothing. */
-            bm->rate = 0;
-            bm->window_start_ns = now_ns;
-        }
-    }
-    return bm->rate;
+    return bm->track_rate ? rate_meter_get(&bm->rate, now_ns) : 0;
 }

@@ -109,6 +109,50 @@ void bdrv_set_max_io(BlockDriverState *bs, int64_t max_io)
     bs->max_io = max_io;
 }
 
+/* ---- write notifiers ---- */
+
+typedef struct BdrvWriteNotifier {
+    BdrvWriteNotifyFunc *fn;
+    void *opaque;
+} BdrvWriteNotifier;
+
+void bdrv_add_write_notifier(BlockDriverState *bs, BdrvWriteNotifyFunc *fn,
+                             void *opaque)
+{
+    BdrvWriteNotifier n = { .fn = fn, .opaque = opaque };
+
+    if (!bs->write_notifiers) {
+        bs->write_notifiers = g_array_new(FALSE, FALSE,
+                                          sizeof(BdrvWriteNotifier));
+    }
+    g_array_append_val(bs->write_notifiers, n);
+}
+
+void bdrv_remove_write_notifier(BlockDriverState *bs,
+                                BdrvWriteNotifyFunc *fn, void *opaque)
+{
+    for (guint i = 0; bs->write_notifiers && i < bs->write_notifiers->len;
+         i++) {
+        BdrvWriteNotifier *n = &g_array_index(bs->write_notifiers,
+                                              BdrvWriteNotifier, i);
+        if (n->fn == fn && n->opaque == opaque) {
+            g_array_remove_index(bs->write_notifiers, i);
+            return;
+        }
+    }
+}
+
+static void bdrv_notify_write(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes)
+{
+    for (guint i = 0; bs->write_notifiers && i < bs->write_notifiers->len;
+         i++) {
+        BdrvWriteNotifier *n = &g_array_index(bs->write_notifiers,
+                                              BdrvWriteNotifier, i);
+        n->fn(n->opaque, offset, bytes);
+    }
+}
+
 /* ---- request lifetime ---- */
 
 static BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
@@ -151,6 +195,10 @@ static void bdrv_req_finish(BdrvRequest *req, int ret)
     if (ret == 0 && req->type == BDRV_REQ_TYPE_READ && req->bounce) {
         memcpy(req->buf, req->bounce + (req->offset - req->start),
                req->bytes);
+    }
+    if (req->type == BDRV_REQ_TYPE_WRITE || req->type == BDRV_REQ_TYPE_ZERO ||
+        req->type == BDRV_REQ_TYPE_DISCARD) {
+        bdrv_notify_write(bs, req->offset, req->bytes);
     }
     qemu_vfree(req->bounce);
     g_free(req);

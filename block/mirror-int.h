@@ -13,6 +13,7 @@
 #include "util/cutils.h"
 #include "util/hbitmap.h"
 #include "util/ratelimit.h"
+#include "util/rate-meter.h"
 
 #include <stddef.h>
 
@@ -121,6 +122,9 @@ struct MirrorJob {
     bool iostatus_failed;
     bool iostatus_nospace;
     int64_t start_ns;
+
+    RateMeter copy_rate;        /* bytes made clean per second */
+    bool notifier_added;
 
     int64_t stats_copied;
     int64_t stats_zeroed;

@@ -57,6 +57,7 @@ static void mirror_op_done(MirrorOp *op)
     MirrorJob *s = op->s;
 
     s->common.progress_current += op->bytes;
+    rate_meter_add(&s->copy_rate, clock_ns(), op->bytes);
     mirror_op_retire(op);
     mirror_pump(s);
 }

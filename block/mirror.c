@@ -115,10 +115,35 @@ void mirror_pump(MirrorJob *s)
     mirror_check_state(s);
 }
 
+/*
+ * Something wrote to the source through the block layer: that range must
+ * be copied again, and what we know of its block status is stale.
+ */
+static void mirror_source_written(void *opaque, int64_t offset,
+                                  int64_t bytes)
+{
+    MirrorJob *s = opaque;
+
+    dirty_bitmap_set(s->dirty, offset, bytes);
+    if (offset < s->status_end && s->status_start < offset + bytes) {
+        mirror_status_invalidate(s);
+    }
+    mirror_kick(s);
+}
+
+static void mirror_remove_notifier(MirrorJob *s)
+{
+    if (s->notifier_added) {
+        bdrv_remove_write_notifier(s->src, mirror_source_written, s);
+        s->notifier_added = false;
+    }
+}
+
 static void mirror_finish(MirrorJob *s, int ret)
 {
     g_assert(!s->finished && s->in_flight == 0);
     s->finished = true;
+    mirror_remove_notifier(s);
     mirror_cancel_timers(s);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
@@ -256,6 +281,10 @@ static void mirror_start(Job *job)
     if (s->sync != MIRROR_SYNC_MODE_NONE) {
         dirty_bitmap_set_all(s->dirty);
     }
+    dirty_bitmap_track_rate(s->dirty, true);
+    bdrv_add_write_notifier(s->src, mirror_source_written, s);
+    s->notifier_added = true;
+    rate_meter_reset(&s->copy_rate, clock_ns());
     bdrv_set_max_io(s->src, s->chunk_size);
     bdrv_set_max_io(s->dst, s->chunk_size);
     s->start_ns = clock_ns();
@@ -316,6 +345,7 @@ static void mirror_free(Job *job)
     MirrorJob *s = mirror_job(job);
 
     g_assert(s->in_flight == 0);
+    mirror_remove_notifier(s);
     mirror_cancel_timers(s);
     dirty_bitmap_free(s->dirty);
     hbitmap_free(s->in_flight_bitmap);
@@ -473,6 +503,7 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
 void mirror_get_stats(Job *job, MirrorStats *st)
 {
     MirrorJob *s = mirror_job(job);
+    int64_t now = clock_ns();
 
     *st = (MirrorStats) {
         .len = s->len,
@@ -486,8 +517,24 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .chunk_size = s->chunk_size,
         .buf_size = s->buf_size,
         .max_in_flight = s->max_in_flight,
+        .dirty_rate = s->dirty ? dirty_bitmap_rate(s->dirty, now) : 0,
+        .copy_rate = rate_meter_get(&s->copy_rate, now),
+        .eta_ms = -1,
+        .io_status = s->iostatus_nospace ? "nospace" :
+                     s->iostatus_failed ? "failed" : "ok",
+        .copy_mode = s->copy_mode,
+        .passes = s->passes,
+        .errors = s->errors,
     };
     st->in_sync = s->dirty && st->dirty_bytes == 0 && st->in_flight == 0;
+    st->actively_synced = st->in_sync &&
+                          s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING;
+    if (st->in_sync) {
+        st->eta_ms = 0;
+    } else if (st->copy_rate > st->dirty_rate) {
+        st->eta_ms = (st->dirty_bytes + st->in_flight_bytes) * 1000.0 /
+                     (st->copy_rate - st->dirty_rate);
+    }
 }
 
 const char *mirror_get_error_detail(Job *job)

@@ -87,6 +87,15 @@ typedef struct MirrorStats {
     int64_t buf_size;
     int max_in_flight;
     bool in_sync;               /* nothing dirty, nothing in flight */
+    double dirty_rate;          /* bytes/s newly dirtied by writers */
+    double copy_rate;           /* bytes/s the job made clean */
+    int64_t eta_ms;             /* until in sync at these rates; -1 when
+                                 * unknown or not converging */
+    bool actively_synced;       /* write-blocking and in sync */
+    const char *io_status;      /* "ok", "failed" or "nospace" */
+    MirrorCopyMode copy_mode;
+    uint64_t passes;            /* times the cursor wrapped around */
+    uint64_t errors;            /* failed operations so far */
 } MirrorStats;
 
 /* Fill @p with QEMU's defaults (all the 0 = default fields stay 0). */

@@ -6,6 +6,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/block-int.h"
+#include "block/fault-inject.h"
 #include "block/null.h"
 #include "util/cutils.h"
 
@@ -33,11 +34,7 @@ typedef struct NullState {
     NullExtents extents;
     int64_t run;                /* alternate run length */
 
-    int error_op;               /* NullOp, NULL_OP__MAX = any, -1 = none */
-    int64_t error_offset;
-    int64_t error_length;
-    int error_errno;
-    bool error_once;
+    FaultRule fault;
 
     GArray *records;            /* NullRecord, or NULL */
     NullShared *shared;
@@ -55,15 +52,6 @@ typedef struct NullRequest {
     void *opaque;
 } NullRequest;
 
-static const char *const null_op_names[] = {
-    [NULL_OP_READ] = "read",
-    [NULL_OP_WRITE] = "write",
-    [NULL_OP_ZERO] = "zero",
-    [NULL_OP_DISCARD] = "discard",
-    [NULL_OP_FLUSH] = "flush",
-    [NULL_OP_STATUS] = "status",
-};
-
 static bool null_recognize_spec(const char *spec)
 {
     return g_str_has_prefix(spec, "null:") || !strcmp(spec, "null");
@@ -73,99 +61,6 @@ static bool null_is_write_like(NullOp op)
 {
     return op == NULL_OP_WRITE || op == NULL_OP_ZERO ||
            op == NULL_OP_DISCARD;
-}
-
-static bool null_opt_bool(GHashTable *opts, const char *key, bool def,
-                          bool *out, GError **errp)
-{
-    const char *v = g_hash_table_lookup(opts, key);
-
-    *out = def;
-    if (!v) {
-        return true;
-    }
-    if (!strcmp(v, "on") || !strcmp(v, "true")) {
-        *out = true;
-    } else if (!strcmp(v, "off") || !strcmp(v, "false")) {
-        *out = false;
-    } else {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "null: '%s=%s': expected on or off", key, v);
-        return false;
-    }
-    g_hash_table_remove(opts, key);
-    return true;
-}
-
-static bool null_opt_size(GHashTable *opts, const char *key, int64_t def,
-                          int64_t *out, GError **errp)
-{
-    const char *v = g_hash_table_lookup(opts, key);
-    g_autofree char *what = g_strdup_printf("null: %s", key);
-
-    *out = def;
-    if (!v) {
-        return true;
-    }
-    if (!parse_size(what, v, out, errp)) {
-        return false;
-    }
-    g_hash_table_remove(opts, key);
-    return true;
-}
-
-static int null_parse_errno(const char *name)
-{
-    static const struct { const char *name; int err; } errnos[] = {
-        { "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EPERM", EPERM },
-        { "EINVAL", EINVAL }, { "ENOMEM", ENOMEM },
-        { "ESHUTDOWN", ESHUTDOWN }, { "ENOTSUP", ENOTSUP },
-    };
-
-    for (size_t i = 0; i < G_N_ELEMENTS(errnos); i++) {
-        if (!g_ascii_strcasecmp(name, errnos[i].name)) {
-            return errnos[i].err;
-        }
-    }
-    return 0;
-}
-
-static bool null_parse_error_opts(NullState *s, GHashTable *opts,
-                                  GError **errp)
-{
-    const char *op = g_hash_table_lookup(opts, "error-op");
-    const char *err = g_hash_table_lookup(opts, "error-errno");
-
-    s->error_op = -1;
-    if (op) {
-        if (!strcmp(op, "any")) {
-            s->error_op = NULL_OP__MAX;
-        }
-        for (int i = 0; i < NULL_OP__MAX; i++) {
-            if (!strcmp(op, null_op_names[i])) {
-                s->error_op = i;
-            }
-        }
-        if (s->error_op < 0) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "null: unknown error-op '%s'", op);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-op");
-    }
-    s->error_errno = EIO;
-    if (err) {
-        s->error_errno = null_parse_errno(err);
-        if (!s->error_errno) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "null: unknown error-errno '%s'", err);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-errno");
-    }
-    return null_opt_size(opts, "error-offset", 0, &s->error_offset, errp) &&
-           null_opt_size(opts, "error-length", 1, &s->error_length, errp) &&
-           null_opt_bool(opts, "error-once", false, &s->error_once, errp);
 }
 
 static bool null_parse_extents(NullState *s, GHashTable *opts, GError **errp)
@@ -203,15 +98,15 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !bdrv_parse_spec_options(spec + 5, opts, errp)) {
         return false;
     }
-    if (!null_opt_size(opts, "size", GiB, &s->size, errp) ||
-        !null_opt_size(opts, "latency-ns", 0, &s->latency_ns, errp) ||
-        !null_opt_size(opts, "jitter-ns", 0, &s->jitter_ns, errp) ||
-        !null_opt_size(opts, "align", 1, &align, errp) ||
-        !null_opt_size(opts, "max-transfer", 0, &s->max_transfer, errp) ||
-        !null_opt_bool(opts, "zeroes", true, &s->zeroes, errp) ||
-        !null_opt_bool(opts, "record", false, &record, errp) ||
+    if (!fault_opt_size(opts, "null", "size", GiB, &s->size, errp) ||
+        !fault_opt_size(opts, "null", "latency-ns", 0, &s->latency_ns, errp) ||
+        !fault_opt_size(opts, "null", "jitter-ns", 0, &s->jitter_ns, errp) ||
+        !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
+        !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
+        !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
+        !fault_opt_bool(opts, "null", "record", false, &record, errp) ||
         !null_parse_extents(s, opts, errp) ||
-        !null_parse_error_opts(s, opts, errp)) {
+        !fault_rule_parse(&s->fault, opts, "null", errp)) {
         return false;
     }
     if (!is_power_of_2(align) || align > 64 * KiB) {
@@ -235,6 +130,7 @@ static void null_close(BlockDriverState *bs)
 
     g_assert(!s->in_flight);
     g_rand_free(s->rand);
+    fault_rule_clear(&s->fault);
     if (s->records) {
         g_array_unref(s->records);
     }
@@ -280,28 +176,6 @@ static gboolean null_request_done(gpointer data)
     r->cb(r->opaque, r->ret);
     g_free(r);
     return G_SOURCE_REMOVE;
-}
-
-static int null_injected_error(NullState *s, NullOp op, int64_t offset,
-                               int64_t bytes)
-{
-    bool overlap;
-
-    if (s->error_op < 0 || (s->error_op != NULL_OP__MAX &&
-                            s->error_op != (int)op)) {
-        return 0;
-    }
-    overlap = op == NULL_OP_FLUSH ||
-              (offset < s->error_offset + s->error_length &&
-               s->error_offset < offset + bytes);
-    if (!overlap) {
-        return 0;
-    }
-    if (s->error_once) {
-        s->error_op = -1;
-    }
-    s->shared->stats.injected_errors++;
-    return -s->error_errno;
 }
 
 /* Account for a new request, check the contract, schedule completion. */
@@ -350,7 +224,11 @@ static void null_submit(BlockDriverState *bs, NullOp op, int64_t offset,
     }
     s->in_flight = g_list_prepend(s->in_flight, r);
 
-    r->ret = ret ? ret : null_injected_error(s, op, offset, bytes);
+    r->ret = ret ? ret : fault_rule_check(&s->fault, (FaultOp)op, offset,
+                                          bytes);
+    if (r->ret && !ret) {
+        st->injected_errors++;
+    }
     if (s->records) {
         NullRecord rec = {
             .op = op, .offset = offset, .bytes = bytes, .flags = flags,

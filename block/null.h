@@ -13,12 +13,9 @@
  *   extents=data|zero|alternate:SIZE
  *                        block status: all data (default), all zero
  *                        holes, or data/zero runs of SIZE starting with data
- *   error-op=read|write|zero|discard|flush|status|any
- *   error-offset=N, error-length=N (default 1)
- *                        inject an error into requests of that operation
- *                        overlapping [offset, offset+length)
- *   error-errno=EIO|ENOSPC|EPERM|EINVAL|ENOMEM|ESHUTDOWN (default EIO)
- *   error-once=on|off    inject only the first time (default off)
+ *   error-op=..., error-offset=, error-length=, error-errno=,
+ *   error-once=, error-file=
+ *                        fault injection (block/fault-inject.h)
  *   record=on|off        keep a record of every request (default off)
  *
  * Every node also keeps statistics (NullStats) that tests read to check
@@ -32,15 +29,16 @@
 #define BLOCK_NULL_H
 
 #include "block/block.h"
+#include "block/fault-inject.h"
 
 typedef enum NullOp {
-    NULL_OP_READ,
-    NULL_OP_WRITE,
-    NULL_OP_ZERO,
-    NULL_OP_DISCARD,
-    NULL_OP_FLUSH,
-    NULL_OP_STATUS,
-    NULL_OP__MAX,
+    NULL_OP_READ = FAULT_OP_READ,
+    NULL_OP_WRITE = FAULT_OP_WRITE,
+    NULL_OP_ZERO = FAULT_OP_ZERO,
+    NULL_OP_DISCARD = FAULT_OP_DISCARD,
+    NULL_OP_FLUSH = FAULT_OP_FLUSH,
+    NULL_OP_STATUS = FAULT_OP_STATUS,
+    NULL_OP__MAX = FAULT_OP__MAX,
 } NullOp;
 
 /* One request as the driver saw it. */

@@ -1,0 +1,102 @@
+# shellcheck shell=bash
+# bench/lib.sh - helpers shared by bench/convert.sh and bench/nbd.sh.
+# Sourced, not run.  The caller sets BENCH (its name, for messages), MT (the
+# mirror-tool binary), SCRATCH (scratch dir), RES (results file, one line per
+# timed run: workload row wall cpu rss_kib [more columns]) and NROWS once the
+# rows are added.  See bench/README.md.
+
+DEFAULT_BUF=16M                 # mirror-tool's default --buf-size
+MiB=$((1 << 20))
+
+die() { echo "$BENCH: error: $*" >&2; exit 1; }
+log() { echo "$*" >&2; }
+need() { local t; for t; do command -v "$t" >/dev/null || die "$t not installed"; done; }
+
+# "16M" -> bytes (K/M/G suffixes, powers of 2).
+to_bytes() {
+    local v=${1^^} n
+    n=${v%[KMG]}
+    case $v in
+    *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;;
+    *G) echo $((n << 30)) ;; *) echo "$n" ;;
+    esac
+}
+
+# Deterministic random byte stream (AES-CTR keystream keyed by $1).
+randstream() {
+    openssl enc -aes-128-ctr -nosalt -K "$(printf '%032x' "$1")" \
+        -iv 00000000000000000000000000000000 -in /dev/zero 2>/dev/null || true
+}
+
+# make_full PATH SIZE_GIB KEY: fully allocated random file.
+make_full() { randstream "$3" | head -c "$2G" >"$1"; }
+
+# Touch most free memory once so first-touch cost does not land in a run.
+prefault() {
+    local avail
+    avail=$(awk '/MemAvailable/ { print int($2 / 1048576) - 3 }' /proc/meminfo)
+    ((avail > 0)) || return 0
+    log "prefaulting ${avail} GiB of memory..."
+    fallocate -l "${avail}G" "$SCRATCH/prefault" 2>/dev/null || true
+    rm -f "$SCRATCH/prefault"
+}
+
+# Rows: LABEL[i], CMD[i] (word-split command prefix), LIMIT[i] (RSS limit in
+# bytes, buf-size + 32 MiB, for mirror-tool rows; empty for peers).
+LABEL=() CMD=() LIMIT=()
+add_row() {
+    local label=$1 cmd buf=$DEFAULT_BUF w prev=
+    cmd=$(echo $2)               # squeeze spaces (no globs in options)
+    LABEL+=("$label") CMD+=("$cmd")
+    if [[ $cmd == "$MT "* ]]; then
+        for w in $cmd; do          # last --buf-size wins
+            [[ $prev == --buf-size ]] && buf=$w
+            [[ $w == --buf-size=* ]] && buf=${w#--buf-size=}
+            prev=$w
+        done
+        LIMIT+=($(($(to_bytes "$buf") + 32 * MiB)))
+    else
+        LIMIT+=("")
+    fi
+}
+
+# add_extra_rows PREFIX_LABEL PREFIX_CMD: one row per ';'-separated option
+# set in MIRROR_EXTRA.
+add_extra_rows() {
+    local e
+    local -a extras
+    IFS=';' read -ra extras <<<"$MIRROR_EXTRA"
+    for e in "${extras[@]}"; do
+        e=$(echo $e)               # trim
+        [[ -n $e ]] && add_row "$1 $e" "$2 $e"
+    done
+    return 0
+}
+
+col() { awk -F'\t' -v i="$1" -v r="$2" -v c="$3" '$1 == i && $2 == r { print $c }' "$RES"; }
+median() {
+    sort -g | awk '{ a[NR] = $1 } END {
+        if (NR == 0) print "nan"
+        else if (NR % 2) printf "%.3f\n", a[(NR + 1) / 2]
+        else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# summarize WORKLOAD: MW[k] median wall, MC[k] median CPU (column 4), MR[k]
+# max RSS in KiB, for every row k.
+# shellcheck disable=SC2034 # MW, MC and MR are for the caller
+summarize() {
+    local k
+    MW=() MC=() MR=()
+    for ((k = 0; k < NROWS; k++)); do
+        MW[k]=$(col "$1" "$k" 3 | median)
+        MC[k]=$(col "$1" "$k" 4 | median)
+        MR[k]=$(col "$1" "$k" 5 | sort -n | tail -1)
+        MR[k]=${MR[k]:-0}
+    done
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "nan" }'; }
+gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+
+# rss_check ROW: "yes"/"no": peak RSS below LIMIT[ROW] (after summarize).
+rss_check() { ((MR[$1] * 1024 < LIMIT[$1])) && echo yes || echo no; }

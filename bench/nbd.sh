@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# bench/nbd.sh - `mirror-tool convert` with NBD ends, side by side with
+# `nbdcopy` and `qemu-img convert -n -W -m 16`.  Not run in CI.  See
+# bench/README.md.
+#
+#   bench/nbd.sh          compare mirror-tool with its peers
+#   bench/nbd.sh sweep    mirror-tool only: chunk-size x -m x --connections
+#
+# Workloads (every run starts its own nbdkit with `-U - ... --run`):
+#   W1  the peers' own benchmark: `nbdkit sparse-random size=8G seed=1
+#       percent=30` copied onto itself; the plugin checks every write, so
+#       exit status 0 means the copy was right;
+#   W2  latency: 1 GiB of random data from a file in /dev/shm into an nbdkit
+#       `file` export of a pre-touched file in /dev/shm, behind
+#       `--filter=delay delay-write=10ms delay-read=10ms`;
+#   W3  2 GiB of random data into the same `file` export, without delay.
+# Methodology as in bench/convert.sh: before every W2/W3 run (untimed) the
+# target is re-created from a random template with `cp --sparse=never` and
+# after it `cmp` checks it against the source; one untimed warm-up round
+# (run under nbdkit's stats filter, to see what reaches the server), then
+# RUNS rounds with the tool order rotated by the round number.  Every run is
+# under `timeout $TIMEOUT`; a failure, a timeout or a wrong target is
+# recorded (column fail) and the benchmark goes on, exiting 1 at the end.
+# - wall: `date +%s%N` around the whole `nbdkit ... --run` (nbdkit startup
+#   and shutdown included, equal for all tools);
+# - cpu: user + sys of the tool alone (`/usr/bin/time` inside --run);
+#   cpu+srv adds nbdkit's own (the whole nbdkit process tree);
+# - rss: the tool's peak RSS.
+# Environment: RUNS (5), WORKLOADS ("W1 W2 W3"), W1_SIZE (8G), W2_GIB (1),
+# W3_GIB (2), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
+# MIRROR_EXTRA (';'-separated option sets, one extra -W row each), MIRROR_TOOL,
+# PREFAULT (1), NBDKIT_THREADS (nbdkit's default, 16 per connection),
+# SWEEP_CHUNKS ("256K 1M 4M"), SWEEP_M ("16 64"), SWEEP_CONNS ("1 4").
+set -euo pipefail
+
+MODE=${1:-compare}
+RUNS=${RUNS:-5}
+WORKLOADS=${WORKLOADS:-"W1 W2 W3"}
+W1_SIZE=${W1_SIZE:-8G} W2_GIB=${W2_GIB:-1} W3_GIB=${W3_GIB:-2}
+DELAY=${DELAY:-10ms}
+SEED=${SEED:-42}
+TIMEOUT=${TIMEOUT:-300}
+BUF_SIZE=${BUF_SIZE:-}
+MIRROR_EXTRA=${MIRROR_EXTRA-"-m 64 --buf-size 64M; --chunk-size 256K -m 64 --buf-size 16M; --connections 8 -m 64 --buf-size 64M"}
+PREFAULT=${PREFAULT:-1}
+NBDKIT_THREADS=${NBDKIT_THREADS:-}
+SWEEP_CHUNKS=${SWEEP_CHUNKS:-"256K 1M 4M"}
+SWEEP_M=${SWEEP_M:-"16 64"}
+SWEEP_CONNS=${SWEEP_CONNS:-"1 4"}
+BENCH=nbd.sh
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MT_SRC=${MIRROR_TOOL:-$ROOT/build/qemu-mirror-tool/mirror-tool}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+declare -A GOAL=([W1]=0.9 [W2]=0.6 [W3]=0.9)
+
+case $MODE in compare|sweep) ;; *) die "usage: $0 [compare|sweep]" ;; esac
+[[ -x $MT_SRC ]] || die "$MT_SRC not built (ninja -C build)"
+need nbdkit qemu-img nbdcopy cp cmp openssl timeout /usr/bin/time
+for w in $WORKLOADS; do [[ -n ${GOAL[$w]:-} ]] || die "unknown workload $w"; done
+
+SCRATCH=$(mktemp -d /dev/shm/nbd-bench.XXXXXX)
+trap 'rm -rf "$SCRATCH"' EXIT
+trap 'exit 130' INT TERM
+RES=$SCRATCH/results.tsv        # workload row wall cpu rss_kib cpu+srv
+FAILS=$SCRATCH/fails.tsv        # workload row reason
+STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
+: >"$RES"; : >"$FAILS"; : >"$STATS"
+# Test a private copy: a rebuild during the run must not change the binary.
+MT=$SCRATCH/mirror-tool
+cp "$MT_SRC" "$MT"
+
+BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
+if [[ $MODE == compare ]]; then
+    add_row "mirror-tool -W" "$MT convert -n -W $BUFOPT"
+    add_row "mirror-tool" "$MT convert -n $BUFOPT"
+    add_extra_rows "mirror-tool -W" "$MT convert -n -W $BUFOPT"
+    add_row "nbdcopy" "nbdcopy"
+    add_row "qemu-img" "qemu-img convert -n -W -m 16 -f raw -O raw"
+else
+    REF=
+    for c in $SWEEP_CHUNKS; do
+        for m in $SWEEP_M; do
+            for n in $SWEEP_CONNS; do
+                buf=${BUF_SIZE:-$(($(to_bytes "$c") * m))}
+                [[ $c == 1M && $m == 16 && $n == 4 ]] && REF=${#LABEL[@]}
+                add_row "chunk $c -m $m conns $n" \
+                    "$MT convert -n -W --chunk-size $c -m $m --connections $n --buf-size $buf"
+            done
+        done
+    done
+    REF=${REF:-0}
+fi
+NROWS=${#LABEL[@]}
+
+# server_args WL: the nbdkit plugin, filters and parameters of workload WL.
+server_args() {
+    case $1 in
+    W1) echo "sparse-random size=$W1_SIZE seed=1 percent=30" ;;
+    W2) echo "--filter=delay file $SCRATCH/target delay-write=$DELAY delay-read=$DELAY" ;;
+    W3) echo "file $SCRATCH/target" ;;
+    esac
+}
+
+# stats_summary FILE TOOL_WALL: "op N x avg-size, avg latency, concurrency"
+# per operation from nbdkit-stats-filter output.  Concurrency is the time
+# requests spent in the server summed over requests, over the tool's wall.
+stats_summary() {
+    awk -v wall="$2" '/^(read|write|zero|trim|extents|flush):/ {
+        op = $1; sub(":", "", op); n = $2; t = $4; b = $6; u = $7; sub(",", "", u)
+        if (n == 0) next
+        mult = (u == "KiB") ? 1024 : (u == "MiB") ? 1048576 : (u == "GiB") ? 1073741824 : 1
+        out = out sprintf("%s %d x %.0fK %.1fms c%.1f; ", op, n, b * mult / n / 1024,
+                          t / n * 1000, wall > 0 ? t / wall : 0)
+    } END { print out }' "$1"
+}
+
+# run_one WL ROW TIMED: (re)create the target, run under nbdkit, verify,
+# record.  Failures are logged to $FAILS and do not stop the benchmark.
+run_one() {
+    local wl=$1 row=$2 timed=$3 t0 t1 rc=0 e u s m u2 s2 inner src dst
+    local -a server filt=() sargs=()
+    read -ra server <<<"$(server_args "$wl")"
+    [[ -n $NBDKIT_THREADS ]] && filt+=(--threads "$NBDKIT_THREADS")
+    # shellcheck disable=SC2016 # $uri is for nbdkit's --run shell
+    if [[ $wl == W1 ]]; then
+        src='"$uri"' dst='"$uri"'
+    else
+        rm -f "$SCRATCH/target"
+        cp --sparse=never "$SCRATCH/tmpl" "$SCRATCH/target"
+        src=$(printf %q "$SCRATCH/src") dst='"$uri"'
+    fi
+    if [[ $timed == 0 ]]; then  # stats filter outermost: sees filter delays
+        rm -f "$SCRATCH/stats"
+        filt+=(--filter=stats)
+        sargs=(statsfile="$SCRATCH/stats" statsthreshold=0)
+    fi
+    inner="/usr/bin/time -o $SCRATCH/inner -f '%e %U %S %M' ${CMD[$row]} $src $dst"
+    rm -f "$SCRATCH/inner" "$SCRATCH/outer"
+    t0=$(date +%s%N)
+    timeout "$TIMEOUT" /usr/bin/time -o "$SCRATCH/outer" -f '%e %U %S %M' \
+        nbdkit -U - "${filt[@]}" "${server[@]}" "${sargs[@]}" --run "$inner" \
+        >"$SCRATCH/out" 2>&1 || rc=$?
+    t1=$(date +%s%N)
+    local why=
+    if ((rc == 124)); then why="timed out after ${TIMEOUT}s"
+    elif ((rc != 0)); then why="exit status $rc"
+    elif [[ $wl != W1 ]] && ! cmp -s "$SCRATCH/src" "$SCRATCH/target"; then
+        why="target differs from source"
+    fi
+    if [[ -n $why ]]; then
+        log "  [$wl] ${LABEL[$row]}: FAILED: $why; output:"
+        tail -n 20 "$SCRATCH/out" | sed 's/^/    /' >&2
+        printf '%s\t%s\t%s\n' "$wl" "$row" "$why" >>"$FAILS"
+        return 0
+    fi
+    read -r e u s m <"$SCRATCH/inner"
+    read -r _ u2 s2 _ <<<"$(grep -v '^Command' "$SCRATCH/outer" | tail -1)"
+    local wall cpu cpuall
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+    cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
+    cpuall=$(awk -v u="$u2" -v s="$s2" 'BEGIN { printf "%.2f", u + s }')
+    if [[ $timed == 1 ]]; then
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$row" "$wall" "$cpu" "$m" "$cpuall" >>"$RES"
+    elif [[ -s $SCRATCH/stats ]]; then
+        printf '%s\t%s\t%s\n' "$wl" "$row" "$(stats_summary "$SCRATCH/stats" "$e")" >>"$STATS"
+    fi
+    log "  [$wl$( ((timed)) || echo " warm-up")] ${LABEL[$row]}: wall ${wall}s" \
+        "(tool ${e}s) cpu ${cpu}s cpu+srv ${cpuall}s rss $((m / 1024))MiB"
+}
+
+# bench_workload WL: warm-up round, then RUNS rotated rounds.
+bench_workload() {
+    local wl=$1 r k
+    for ((k = 0; k < NROWS; k++)); do run_one "$wl" "$k" 0; done
+    for ((r = 0; r < RUNS; r++)); do
+        log "  round $((r + 1))/$RUNS"
+        for ((k = 0; k < NROWS; k++)); do run_one "$wl" $(((r + k) % NROWS)) 1; done
+    done
+}
+
+# report WL TITLE: table, then a verdict (compare) or note (sweep) per
+# mirror-tool row, then what the server saw during the warm-up.
+report() {
+    local wl=$1 k best=-1 bestw ref what ok rss_ok lim_mib nf r
+    local -a MA
+    summarize "$wl"
+    for ((k = 0; k < NROWS; k++)); do
+        MA[k]=$(col "$wl" "$k" 6 | median)
+        [[ -z ${LIMIT[k]} && ${MW[k]} != nan ]] || continue
+        if ((best < 0)) || gt "${MW[best]}" "${MW[k]}"; then best=$k; fi
+    done
+    if [[ $MODE == compare ]]; then
+        ((best >= 0)) || { echo "== $2: no peer finished =="; return; }
+        ref=$best what="best peer, ${LABEL[best]}"
+    else
+        ref=$REF what="defaults, ${LABEL[REF]}"
+    fi
+    bestw=${MW[ref]}
+    echo
+    echo "== $2 (RUNS=$RUNS; ratio = median wall / median wall of the $what) =="
+    printf '%-52s %7s %6s %8s %7s %6s %4s\n' tool wall_s cpu_s cpu+srv rss_MiB ratio fail
+    for ((k = 0; k < NROWS; k++)); do
+        nf=$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r' "$FAILS" | wc -l)
+        printf '%-52s %7s %6s %8s %7s %6s %4s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
+            "${MA[k]}" $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$bestw")" "$nf"
+    done
+    for ((k = 0; k < NROWS; k++)); do
+        [[ -n ${LIMIT[k]} ]] || continue
+        rss_ok=$(rss_check "$k") lim_mib=$((LIMIT[k] / MiB))
+        r=$(ratio "${MW[k]}" "$bestw")
+        if [[ $MODE == compare ]]; then
+            ok=no
+            [[ $r != nan ]] && ! gt "$r" "${GOAL[$wl]}" && ok=yes
+            echo "verdict $wl: ${LABEL[k]}: wall ${r}x best peer <= ${GOAL[$wl]}x: $ok;" \
+                "peak RSS $((MR[k] / 1024)) MiB < $lim_mib MiB: $rss_ok"
+        elif [[ $rss_ok == no ]]; then
+            echo "note $wl: ${LABEL[k]}: peak RSS $((MR[k] / 1024)) MiB >= limit $lim_mib MiB"
+        fi
+    done
+    echo "server side, warm-up run under nbdkit-stats-filter (op count x mean size," \
+        "mean time in server per request, c = concurrency: summed request time / tool wall):"
+    for ((k = 0; k < NROWS; k++)); do
+        printf '  %-50s %s\n' "${LABEL[k]}:" \
+            "$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r { print $3 }' "$STATS")"
+    done
+    awk -F'\t' -v w="$wl" '$1 == w { printf "failure %s: row %s: %s\n", w, $2, $3 }' "$FAILS"
+}
+
+# --- main -------------------------------------------------------------------
+echo "# nbd.sh mode=$MODE RUNS=$RUNS WORKLOADS='$WORKLOADS' W1_SIZE=$W1_SIZE W2_GIB=$W2_GIB" \
+    "W3_GIB=$W3_GIB DELAY=$DELAY BUF_SIZE=${BUF_SIZE:-default($DEFAULT_BUF)}" \
+    "NBDKIT_THREADS=${NBDKIT_THREADS:-default(16/connection)}"
+echo "# machine: nproc=$(nproc), $(uname -srm), $(awk '/MemTotal/ { printf "%.1f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
+echo "# versions: $("$MT" --version 2>&1 | head -1) ($MT_SRC, sha256" \
+    "$(sha256sum "$MT" | cut -c1-12)); $(qemu-img --version | head -1);" \
+    "$(nbdcopy --version | head -1); $(nbdkit --version)"
+echo "# servers: nbdkit -U - [--threads N] PLUGIN ARGS --run 'TOOL SRC \"\$uri\"'"
+for w in $WORKLOADS; do echo "#   $w: nbdkit -U - $(server_args "$w" | sed "s|$SCRATCH|\$SCRATCH|g")"; done
+echo "# commands (followed by SRC DST: W1 \"\$uri\" \"\$uri\", W2/W3 \$SCRATCH/src \"\$uri\"):"
+for ((k = 0; k < NROWS; k++)); do
+    printf '#   %-50s %s\n' "${LABEL[k]}:" "${CMD[k]/$MT/mirror-tool}"
+done
+
+[[ $PREFAULT == 1 ]] && prefault
+
+for w in $WORKLOADS; do
+    if [[ $w != W1 ]]; then
+        gib=$W2_GIB; [[ $w == W3 ]] && gib=$W3_GIB
+        log "$w: creating a $gib GiB random source and target template..."
+        make_full "$SCRATCH/src" "$gib" $((SEED + 2))
+        make_full "$SCRATCH/tmpl" "$gib" $((SEED + 3))
+    fi
+    log "$w: $(server_args "$w")"
+    bench_workload "$w"
+    rm -f "$SCRATCH/src" "$SCRATCH/tmpl" "$SCRATCH/target"
+done
+
+for w in $WORKLOADS; do
+    case $w in
+    W1) t="W1: sparse-random size=$W1_SIZE percent=30 copied onto itself" ;;
+    W2) t="W2: $W2_GIB GiB random file -> nbdkit file, delay-write/read=$DELAY" ;;
+    W3) t="W3: $W3_GIB GiB random file -> nbdkit file" ;;
+    esac
+    report "$w" "$t"
+done
+[[ ! -s $FAILS ]] || { log "$(wc -l <"$FAILS") run(s) failed"; exit 1; }

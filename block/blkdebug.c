@@ -1,0 +1,251 @@
+/*
+ * The blkdebug filter: a test double over real storage.
+ *
+ * Spec: "blkdebug:OPTIONS:IMAGE", e.g.
+ *   blkdebug:error-op=flush,error-file=/tmp/t/fail:/tmp/t/disk.raw
+ *   blkdebug::disk.raw                   (no options: a plain pass-through)
+ * OPTIONS are comma-separated key=value pairs without ':' (the rest of the
+ * spec is the image, which may contain ':'):
+ *   format=FMT       the image's format (default: raw; never probed)
+ *   latency-ns=N     delay every request by N ns before passing it on
+ *   error-*          fault injection (block/fault-inject.h), e.g. fail
+ *                    flushes exactly while a trigger file exists
+ * Requests the rule does not fail go to the image unchanged, so tests
+ * can inject a fault at an exact moment (nbdkit's error filter cannot
+ * fail a flush, for one) and still compare bytes at the end.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/block-int.h"
+#include "block/fault-inject.h"
+
+#include <errno.h>
+
+typedef struct BlkdebugState {
+    BlockDriverState *child;
+    int64_t latency_ns;
+    FaultRule fault;
+} BlkdebugState;
+
+/* One request, held while its latency runs. */
+typedef struct BlkdebugReq {
+    BlockDriverState *bs;
+    FaultOp op;
+    int64_t offset;
+    int64_t bytes;
+    void *buf;
+    BdrvRequestFlags flags;
+    GArray *extents;
+    BlockCompletionFunc *cb;
+    void *opaque;
+} BlkdebugReq;
+
+static bool blkdebug_recognize_spec(const char *spec)
+{
+    return g_str_has_prefix(spec, "blkdebug:");
+}
+
+static bool blkdebug_open(BlockDriverState *bs, const char *spec, int flags,
+                          GHashTable *opts, GError **errp)
+{
+    BlkdebugState *s = bs->opaque;
+    const char *rest = spec + strlen("blkdebug:");
+    const char *colon = strchr(rest, ':');
+    g_autofree char *optstr = NULL;
+    g_autofree char *format = NULL;
+
+    if (!colon || !colon[1]) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': expected blkdebug:OPTIONS:IMAGE", spec);
+        return false;
+    }
+    optstr = g_strndup(rest, colon - rest);
+    if (!bdrv_parse_spec_options(optstr, opts, errp) ||
+        !fault_opt_size(opts, "blkdebug", "latency-ns", 0, &s->latency_ns,
+                        errp) ||
+        !fault_rule_parse(&s->fault, opts, "blkdebug", errp)) {
+        fault_rule_clear(&s->fault);
+        return false;
+    }
+    format = g_strdup(g_hash_table_lookup(opts, "format"));
+    g_hash_table_remove(opts, "format");
+    s->child = bdrv_open(colon + 1, format ? format : "raw",
+                         flags | BDRV_O_NO_PROBE, NULL, errp);
+    if (!s->child) {
+        fault_rule_clear(&s->fault);
+        return false;
+    }
+    return true;
+}
+
+static void blkdebug_close(BlockDriverState *bs)
+{
+    BlkdebugState *s = bs->opaque;
+
+    bdrv_unref(s->child);
+    fault_rule_clear(&s->fault);
+}
+
+static int64_t blkdebug_get_length(BlockDriverState *bs)
+{
+    BlkdebugState *s = bs->opaque;
+
+    return bdrv_getlength(s->child);
+}
+
+static void blkdebug_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
+{
+    BlkdebugState *s = bs->opaque;
+
+    /* io.c on the child pads and splits again; keep its alignment. */
+    bl->request_alignment = bdrv_get_request_alignment(s->child);
+    bl->min_mem_alignment = bdrv_get_mem_alignment(s->child);
+}
+
+static bool blkdebug_get_info(BlockDriverState *bs, BlockImageInfo *info,
+                              GError **errp)
+{
+    BlkdebugState *s = bs->opaque;
+    bool ok = bdrv_get_info(s->child, info, errp);
+
+    info->format = "blkdebug";
+    return ok;
+}
+
+static gboolean blkdebug_forward(gpointer opaque)
+{
+    BlkdebugReq *r = opaque;
+    BlkdebugState *s = r->bs->opaque;
+    BlockDriverState *child = s->child;
+    BlockCompletionFunc *cb = r->cb;
+    void *cb_opaque = r->opaque;
+    int ret = fault_rule_check(&s->fault, r->op, r->offset, r->bytes);
+
+    if (ret) {
+        bdrv_complete_later(cb, cb_opaque, ret);
+        g_free(r);
+        return G_SOURCE_REMOVE;
+    }
+    switch (r->op) {
+    case FAULT_OP_READ:
+        bdrv_aio_pread(child, r->offset, r->bytes, r->buf, r->flags, cb,
+                       cb_opaque);
+        break;
+    case FAULT_OP_WRITE:
+        bdrv_aio_pwrite(child, r->offset, r->bytes, r->buf, r->flags, cb,
+                        cb_opaque);
+        break;
+    case FAULT_OP_ZERO:
+        bdrv_aio_pwrite_zeroes(child, r->offset, r->bytes, r->flags, cb,
+                               cb_opaque);
+        break;
+    case FAULT_OP_DISCARD:
+        bdrv_aio_pdiscard(child, r->offset, r->bytes, cb, cb_opaque);
+        break;
+    case FAULT_OP_FLUSH:
+        bdrv_aio_flush(child, cb, cb_opaque);
+        break;
+    case FAULT_OP_STATUS:
+        bdrv_aio_block_status(child, r->offset, r->bytes, r->extents, cb,
+                              cb_opaque);
+        break;
+    default:
+        g_assert_not_reached();
+    }
+    g_free(r);
+    return G_SOURCE_REMOVE;
+}
+
+/* Pass a request on after the latency (at once when there is none). */
+static void blkdebug_submit(BlockDriverState *bs, FaultOp op, int64_t offset,
+                            int64_t bytes, void *buf, BdrvRequestFlags flags,
+                            GArray *extents, BlockCompletionFunc *cb,
+                            void *opaque)
+{
+    BlkdebugState *s = bs->opaque;
+    BlkdebugReq *r = g_new(BlkdebugReq, 1);
+
+    *r = (BlkdebugReq) {
+        .bs = bs, .op = op, .offset = offset, .bytes = bytes, .buf = buf,
+        .flags = flags, .extents = extents, .cb = cb, .opaque = opaque,
+    };
+    if (s->latency_ns) {
+        g_source_unref(bdrv_timer_new(s->latency_ns, blkdebug_forward, r));
+    } else {
+        blkdebug_forward(r);
+    }
+}
+
+static void blkdebug_aio_preadv(BlockDriverState *bs, int64_t offset,
+                                int64_t bytes, void *buf,
+                                BdrvRequestFlags flags,
+                                BlockCompletionFunc *cb, void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_READ, offset, bytes, buf, flags, NULL, cb,
+                    opaque);
+}
+
+static void blkdebug_aio_pwritev(BlockDriverState *bs, int64_t offset,
+                                 int64_t bytes, const void *buf,
+                                 BdrvRequestFlags flags,
+                                 BlockCompletionFunc *cb, void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_WRITE, offset, bytes, (void *)buf, flags,
+                    NULL, cb, opaque);
+}
+
+static void blkdebug_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                                       int64_t bytes, BdrvRequestFlags flags,
+                                       BlockCompletionFunc *cb, void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_ZERO, offset, bytes, NULL, flags, NULL, cb,
+                    opaque);
+}
+
+static void blkdebug_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                                  int64_t bytes, BlockCompletionFunc *cb,
+                                  void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_DISCARD, offset, bytes, NULL, 0, NULL, cb,
+                    opaque);
+}
+
+static void blkdebug_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                               void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
+}
+
+static void blkdebug_aio_block_status(BlockDriverState *bs, int64_t offset,
+                                      int64_t bytes, GArray *extents,
+                                      BlockCompletionFunc *cb, void *opaque)
+{
+    blkdebug_submit(bs, FAULT_OP_STATUS, offset, bytes, NULL, 0, extents,
+                    cb, opaque);
+}
+
+static void blkdebug_cancel_in_flight(BlockDriverState *bs)
+{
+    BlkdebugState *s = bs->opaque;
+
+    bdrv_cancel_in_flight(s->child);
+}
+
+const BlockDriver bdrv_blkdebug = {
+    .format_name        = "blkdebug",
+    .instance_size      = sizeof(BlkdebugState),
+    .recognize_spec     = blkdebug_recognize_spec,
+    .open               = blkdebug_open,
+    .close              = blkdebug_close,
+    .get_length         = blkdebug_get_length,
+    .refresh_limits     = blkdebug_refresh_limits,
+    .get_info           = blkdebug_get_info,
+    .aio_preadv         = blkdebug_aio_preadv,
+    .aio_pwritev        = blkdebug_aio_pwritev,
+    .aio_pwrite_zeroes  = blkdebug_aio_pwrite_zeroes,
+    .aio_pdiscard       = blkdebug_aio_pdiscard,
+    .aio_flush          = blkdebug_aio_flush,
+    .aio_block_status   = blkdebug_aio_block_status,
+    .cancel_in_flight   = blkdebug_cancel_in_flight,
+};
