@@ -17,7 +17,7 @@
 # Methodology as in bench/convert.sh: before every W2/W3 run (untimed) the
 # target is re-created from a random template with `cp --sparse=never` and
 # after it `cmp` checks it against the source; one untimed warm-up round
-# (run under nbdkit's stats filter, to see what reaches the server), then
+# (under nbdkit's log and stats filters, to see what reaches the server), then
 # RUNS rounds with the tool order rotated by the round number.  Every run is
 # under `timeout $TIMEOUT`; a failure, a timeout or a wrong target is
 # recorded (column fail) and the benchmark goes on, exiting 1 at the end.
@@ -112,7 +112,7 @@ stats_summary() {
         mult = (u == "KiB") ? 1024 : (u == "MiB") ? 1048576 : (u == "GiB") ? 1073741824 : 1
         out = out sprintf("%s %d x %.0fK %.1fms c%.1f; ", op, n, b * mult / n / 1024,
                           t / n * 1000, wall > 0 ? t / wall : 0)
-    } END { print out }' "$1"
+    } END { sub(/; $/, "", out); print out }' "$1"
 }
 
 # run_one WL ROW TIMED: (re)create the target, run under nbdkit, verify,
@@ -130,10 +130,10 @@ run_one() {
         cp --sparse=never "$SCRATCH/tmpl" "$SCRATCH/target"
         src=$(printf %q "$SCRATCH/src") dst='"$uri"'
     fi
-    if [[ $timed == 0 ]]; then  # stats filter outermost: sees filter delays
-        rm -f "$SCRATCH/stats"
-        filt+=(--filter=stats)
-        sargs=(statsfile="$SCRATCH/stats" statsthreshold=0)
+    if [[ $timed == 0 ]]; then  # stats filter outside delay: sees the delays
+        rm -f "$SCRATCH/stats" "$SCRATCH/log"
+        filt+=(--filter=log --filter=stats)
+        sargs=(statsfile="$SCRATCH/stats" statsthreshold=0 logfile="$SCRATCH/log")
     fi
     inner="/usr/bin/time -o $SCRATCH/inner -f '%e %U %S %M' ${CMD[$row]} $src $dst"
     rm -f "$SCRATCH/inner" "$SCRATCH/outer"
@@ -163,7 +163,10 @@ run_one() {
     if [[ $timed == 1 ]]; then
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$row" "$wall" "$cpu" "$m" "$cpuall" >>"$RES"
     elif [[ -s $SCRATCH/stats ]]; then
-        printf '%s\t%s\t%s\n' "$wl" "$row" "$(stats_summary "$SCRATCH/stats" "$e")" >>"$STATS"
+        printf '%s\t%s\tconns %s (%s used); %s\n' "$wl" "$row" \
+            "$(grep -c ' Connect ' "$SCRATCH/log")" \
+            "$(grep -c 'Disconnect transactions=[1-9]' "$SCRATCH/log")" \
+            "$(stats_summary "$SCRATCH/stats" "$e")" >>"$STATS"
     fi
     log "  [$wl$( ((timed)) || echo " warm-up")] ${LABEL[$row]}: wall ${wall}s" \
         "(tool ${e}s) cpu ${cpu}s cpu+srv ${cpuall}s rss $((m / 1024))MiB"
@@ -218,8 +221,9 @@ report() {
             echo "note $wl: ${LABEL[k]}: peak RSS $((MR[k] / 1024)) MiB >= limit $lim_mib MiB"
         fi
     done
-    echo "server side, warm-up run under nbdkit-stats-filter (op count x mean size," \
-        "mean time in server per request, c = concurrency: summed request time / tool wall):"
+    echo "server side, warm-up run under nbdkit's log and stats filters (connections" \
+        "opened (with requests); per op: count x mean size, mean time in server," \
+        "c = summed request time / tool wall = mean requests in the server):"
     for ((k = 0; k < NROWS; k++)); do
         printf '  %-50s %s\n' "${LABEL[k]}:" \
             "$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r { print $3 }' "$STATS")"
@@ -242,6 +246,7 @@ for ((k = 0; k < NROWS; k++)); do
     printf '#   %-50s %s\n' "${LABEL[k]}:" "${CMD[k]/$MT/mirror-tool}"
 done
 
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 [[ $PREFAULT == 1 ]] && prefault
 
 for w in $WORKLOADS; do
@@ -264,4 +269,5 @@ for w in $WORKLOADS; do
     esac
     report "$w" "$t"
 done
+echo; echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 [[ ! -s $FAILS ]] || { log "$(wc -l <"$FAILS") run(s) failed"; exit 1; }

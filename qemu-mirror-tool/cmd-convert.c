@@ -167,15 +167,6 @@ out_err:
     return false;
 }
 
-/* Open options for @spec: the NBD ones only for NBD URIs. */
-static GHashTable *convert_open_options(const char *spec,
-                                        GHashTable *nbd_opts)
-{
-    const char *drv = bdrv_spec_driver(spec);
-
-    return drv && !strcmp(drv, "nbd") ? nbd_opts : NULL;
-}
-
 /* Open the target: existing (-n) or newly created; false = bad input or
  * a failure, with *exit_code set. */
 static BlockDriverState *convert_open_target(ConvertOptions *o,
@@ -298,7 +289,7 @@ int cmd_convert(int argc, char **argv)
         goto out;
     }
     src = tool_open_image("source", argv[1], o.src_format, src_flags,
-                          convert_open_options(argv[1], nbd_opts));
+                          tool_nbd_options(argv[1], nbd_opts));
     if (!src) {
         ret = TOOL_EXIT_USAGE;
         goto out;
@@ -307,7 +298,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              convert_open_options(argv[2], nbd_opts), &ret);
+                              tool_nbd_options(argv[2], nbd_opts), &ret);
     if (!dst) {
         goto out_runner;
     }
@@ -319,7 +310,7 @@ int cmd_convert(int argc, char **argv)
     }
     ret = job_runner_run(&runner, job);
     if (ret == TOOL_EXIT_OK && o.progress && !o.quiet) {
-        job_runner_print_summary(&runner);
+        job_runner_print_summary(&runner, stderr);
     }
 out_runner:
     job_runner_destroy(&runner);

@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/job-runner.h"
+#include "qemu-mirror-tool/qmp-job.h"
 #include "qemu-mirror-tool/tool.h"
 #include "block/mirror.h"
 #include "util/cutils.h"
@@ -38,19 +39,42 @@ static gboolean job_runner_progress_cb(gpointer opaque)
 static void job_runner_event(Job *job, const JobEvent *ev, void *opaque)
 {
     JobRunner *r = opaque;
+    const char *name = NULL;
+    JsonNode *data = qmp_job_event_data(job, ev, &name);
 
+    if (data && r->json) {
+        g_autofree char *line = qmp_event_to_string(name,
+                                                    json_node_copy(data));
+
+        printf("%s\n", line);
+        fflush(stdout);
+    }
+    if (data && r->qmp) {
+        qmp_server_emit_event(r->qmp, name, data);
+    } else if (data) {
+        json_node_unref(data);
+    }
+    if (ev->type == JOB_EVENT_READY) {
+        r->ready_ns = clock_ns();
+    }
     if (ev->type == JOB_EVENT_STATUS_CHANGE &&
-        (ev->status == JOB_STATUS_CONCLUDED ||
-         ev->status == JOB_STATUS_NULL)) {
+        ev->status == JOB_STATUS_NULL) {
         r->done = true;
         r->end_ns = clock_ns();
     }
 }
 
-static void job_runner_interrupt(JobRunner *r, int sig)
+static void job_runner_cancel(JobRunner *r, bool force)
 {
     g_autoptr(GError) err = NULL;
 
+    if (r->job && !job_user_cancel(r->job, force, &err)) {
+        g_debug("cancel: %s", err->message);
+    }
+}
+
+static void job_runner_interrupt(JobRunner *r, int sig)
+{
     if (r->signal) {
         /* A second signal: stop at once. */
         tool_error("interrupted again; the target '%s' is incomplete",
@@ -58,9 +82,8 @@ static void job_runner_interrupt(JobRunner *r, int sig)
         _exit(sig == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM);
     }
     r->signal = sig;
-    if (r->job && !job_user_cancel(r->job, true, &err)) {
-        g_debug("cancel on signal: %s", err->message);
-    }
+    /* After READY an orderly cancel leaves a point-in-time copy. */
+    job_runner_cancel(r, !(r->job && r->job->ready_seen));
 }
 
 static gboolean job_runner_sigint(gpointer opaque)
@@ -75,6 +98,14 @@ static gboolean job_runner_sigterm(gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
+void job_runner_quit(void *opaque)
+{
+    JobRunner *r = opaque;
+
+    r->quit = true;
+    job_runner_cancel(r, true);
+}
+
 void job_runner_init(JobRunner *r, const char *target, bool progress)
 {
     *r = (JobRunner) {
@@ -86,11 +117,9 @@ void job_runner_init(JobRunner *r, const char *target, bool progress)
     r->sigterm_source = g_unix_signal_add(SIGTERM, job_runner_sigterm, r);
 }
 
-static int job_runner_report_signal(JobRunner *r)
+static const char *job_runner_signame(JobRunner *r)
 {
-    tool_error("interrupted by %s; the target '%s' is incomplete",
-               r->signal == SIGINT ? "SIGINT" : "SIGTERM", r->target);
-    return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+    return r->signal == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
 int job_runner_check_interrupted(JobRunner *r)
@@ -99,33 +128,36 @@ int job_runner_check_interrupted(JobRunner *r)
     while (g_main_context_iteration(NULL, FALSE)) {
         /* dispatch what is pending */
     }
-    return r->signal ? job_runner_report_signal(r) : TOOL_EXIT_OK;
+    if (!r->signal) {
+        return TOOL_EXIT_OK;
+    }
+    tool_error("interrupted by %s; the target '%s' is incomplete",
+               job_runner_signame(r), r->target);
+    return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
 }
 
-int job_runner_run(JobRunner *r, Job *job)
+/* The outcome as an exit code and, unless it is plain success, a
+ * message saying what the target holds. */
+static int job_runner_outcome(JobRunner *r)
 {
+    Job *job = r->job;
     const char *detail;
-    int ret;
 
-    r->job = job;
-    ret = job_runner_check_interrupted(r);
-    if (ret != TOOL_EXIT_OK) {
-        return ret;
-    }
-    job_add_listener(job, job_runner_event, r);
-    if (r->progress) {
-        r->progress_timer = g_timeout_add(PROGRESS_INTERVAL_MS,
-                                          job_runner_progress_cb, r);
-    }
-    r->start_ns = clock_ns();
-    job_start(job);
-    tool_run_until(&r->done);
-
-    if (r->progress) {
-        job_runner_draw(r, true);
-    }
     if (r->signal) {
-        return job_runner_report_signal(r);
+        if (job->ret == 0) {
+            tool_error("interrupted by %s after READY; the target '%s' is "
+                       "a consistent point-in-time copy",
+                       job_runner_signame(r), r->target);
+        } else {
+            tool_error("interrupted by %s; the target '%s' is incomplete",
+                       job_runner_signame(r), r->target);
+        }
+        return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+    }
+    if (job->ret == -ECANCELED) {
+        tool_error("the job was cancelled; the target '%s' is incomplete",
+                   r->target);
+        return TOOL_EXIT_FAILURE;
     }
     if (job->ret < 0) {
         detail = mirror_get_error_detail(job);
@@ -138,7 +170,40 @@ int job_runner_run(JobRunner *r, Job *job)
     return TOOL_EXIT_OK;
 }
 
-void job_runner_print_summary(JobRunner *r)
+int job_runner_run(JobRunner *r, Job *job)
+{
+    int ret;
+
+    r->job = job;
+    ret = job_runner_check_interrupted(r);
+    if (ret != TOOL_EXIT_OK) {
+        return ret;
+    }
+    job_add_listener(job, job_runner_event, r);
+    while (r->qmp_wait && !qmp_server_has_client(r->qmp) && !r->signal) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    if (r->signal) {
+        return job_runner_check_interrupted(r);
+    }
+    if (r->progress) {
+        r->progress_timer = g_timeout_add(PROGRESS_INTERVAL_MS,
+                                          job_runner_progress_cb, r);
+    }
+    r->start_ns = clock_ns();
+    job_start(job);
+    tool_run_until(&r->done);
+    if (r->progress) {
+        job_runner_draw(r, true);
+    }
+    if (r->qmp) {
+        /* Let clients read the last events before we go. */
+        qmp_server_flush(r->qmp, 1000);
+    }
+    return job_runner_outcome(r);
+}
+
+void job_runner_print_summary(JobRunner *r, FILE *out)
 {
     MirrorStats st;
     g_autofree char *copied = NULL;
@@ -148,11 +213,20 @@ void job_runner_print_summary(JobRunner *r)
     double secs = (r->end_ns - r->start_ns) / 1e9;
 
     mirror_get_stats(r->job, &st);
+    if (r->json) {
+        fprintf(out, "{\"summary\": {\"bytes-copied\": %" G_GINT64_FORMAT
+                ", \"bytes-zeroed\": %" G_GINT64_FORMAT ", \"bytes-skipped\""
+                ": %" G_GINT64_FORMAT ", \"seconds\": %.3f, "
+                "\"ready-seconds\": %.3f}}\n", st.bytes_copied,
+                st.bytes_zeroed, st.bytes_skipped, secs,
+                r->ready_ns ? (r->ready_ns - r->start_ns) / 1e9 : -1.0);
+        return;
+    }
     copied = size_to_str(st.bytes_copied);
     zeroed = size_to_str(st.bytes_zeroed);
     skipped = size_to_str(st.bytes_skipped);
     rate = size_to_str(secs > 0 ? st.len / secs : 0);
-    fprintf(stderr, "copied %s, zeroed %s, skipped %s in %.2f s (%s/s)\n",
+    fprintf(out, "copied %s, zeroed %s, skipped %s in %.2f s (%s/s)\n",
             copied, zeroed, skipped, secs, rate);
 }
 

@@ -18,6 +18,9 @@ typedef struct ToolCommand {
 
 static const ToolCommand tool_commands[] = {
     { "convert", "copy an image, like qemu-img convert", cmd_convert },
+    { "start", "mirror an image and keep it in sync (QMP control)",
+      cmd_start },
+    { "qmp", "send one QMP command to a running mirror-tool", cmd_qmp },
     { "info", "show an image's format and sizes", cmd_info },
     { "map", "show which parts of an image hold data", cmd_map },
 };

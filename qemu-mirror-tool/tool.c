@@ -149,3 +149,28 @@ BlockDriverState *tool_open_one_image(const char *command,
     }
     return bs;
 }
+
+bool tool_parse_choice(const char *opt, const char *value,
+                       const char *const *choices, int *index)
+{
+    g_autoptr(GString) list = g_string_new(NULL);
+    int n = g_strv_length((char **)choices);
+
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(value, choices[i])) {
+            *index = i;
+            return true;
+        }
+        g_string_append_printf(list, "%s%s", i == 0 ? "" :
+                               i == n - 1 ? " or " : ", ", choices[i]);
+    }
+    tool_error("%s '%s': expected %s", opt, value, list->str);
+    return false;
+}
+
+GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts)
+{
+    const char *drv = bdrv_spec_driver(spec);
+
+    return drv && !strcmp(drv, "nbd") ? nbd_opts : NULL;
+}

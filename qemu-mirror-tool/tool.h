@@ -79,11 +79,23 @@ BlockDriverState *tool_open_one_image(const char *command,
                                       char **argv, bool *json,
                                       int *exit_code);
 
+/*
+ * Parse @value as one of @choices (NULL-terminated) into *@index;
+ * otherwise print "OPT 'value': expected a, b or c" and return false.
+ */
+bool tool_parse_choice(const char *opt, const char *value,
+                       const char *const *choices, int *index);
+
+/* Open options for @spec: @nbd_opts for NBD URIs, else NULL. */
+GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts);
+
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;
 void tool_print_json(JsonNode *node, bool pretty);
 
 ToolCommandFunc cmd_convert;
+ToolCommandFunc cmd_start;
+ToolCommandFunc cmd_qmp;
 ToolCommandFunc cmd_info;
 ToolCommandFunc cmd_map;
 

@@ -1,0 +1,282 @@
+/*
+ * mirror-tool start: run a mirror job from SRC onto DST (an existing image
+ * of the same size), like QEMU's blockdev-mirror.
+ *
+ * Without --qmp the job runs to READY, completes, and a summary is
+ * printed.  With --qmp PATH it serves QMP on that UNIX socket and stays in
+ * the sync stage after READY until block-job-complete or block-job-cancel.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+#include "qemu-mirror-tool/job-runner.h"
+#include "qemu-mirror-tool/qmp-job.h"
+#include "block/mirror.h"
+#include "util/cutils.h"
+
+#include <stdio.h>
+
+typedef struct StartOptions {
+    char *src_format;
+    char *dst_format;
+    char *sync;
+    char *granularity;
+    char *buf_size;
+    char *chunk_size;
+    char *max_in_flight;
+    char *speed;
+    char *on_source_error;
+    char *on_target_error;
+    char *copy_mode;
+    char *qmp;
+    char *job_id;
+    char *connections;
+    gboolean qmp_wait;
+    gboolean target_is_zero;
+    gboolean progress;
+    gboolean json;
+} StartOptions;
+
+static void start_options_clear(StartOptions *o)
+{
+    char **strs[] = {
+        &o->src_format, &o->dst_format, &o->sync, &o->granularity,
+        &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
+        &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
+        &o->job_id, &o->connections,
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
+        g_clear_pointer(strs[i], g_free);
+    }
+}
+
+static const char *const sync_names[] = { "full", "top", "none", NULL };
+static const char *const on_error_names[] = {
+    "report", "ignore", "stop", "enospc", NULL,
+};
+static const char *const copy_mode_names[] = {
+    "background", "write-blocking", NULL,
+};
+
+/* Turn the option strings into job parameters; false = bad input. */
+static bool start_parse(StartOptions *o, MirrorParams *p,
+                        GHashTable *nbd_opts)
+{
+    g_autoptr(GError) err = NULL;
+    int choice;
+    int64_t v;
+
+    mirror_params_init(p);
+    p->target_is_zero = o->target_is_zero;
+    p->auto_complete = !o->qmp;
+    if (o->src_format && !bdrv_find_format(o->src_format)) {
+        tool_error("-f '%s': unknown image format", o->src_format);
+        return false;
+    }
+    if (o->dst_format && !bdrv_find_format(o->dst_format)) {
+        tool_error("-O '%s': unknown image format", o->dst_format);
+        return false;
+    }
+    if (o->sync) {
+        if (!tool_parse_choice("--sync", o->sync, sync_names, &choice)) {
+            return false;
+        }
+        p->sync = choice;
+    }
+    if (o->on_source_error) {
+        if (!tool_parse_choice("--on-source-error", o->on_source_error,
+                               on_error_names, &choice)) {
+            return false;
+        }
+        p->on_source_error = choice;
+    }
+    if (o->on_target_error) {
+        if (!tool_parse_choice("--on-target-error", o->on_target_error,
+                               on_error_names, &choice)) {
+            return false;
+        }
+        p->on_target_error = choice;
+    }
+    if (o->copy_mode) {
+        if (!tool_parse_choice("--copy-mode", o->copy_mode,
+                               copy_mode_names, &choice)) {
+            return false;
+        }
+        p->copy_mode = choice;
+    }
+    if (o->granularity) {
+        if (!parse_size_range("--granularity", o->granularity,
+                              MIRROR_MIN_GRANULARITY, MIRROR_MAX_GRANULARITY,
+                              true, &v, &err)) {
+            goto out_err;
+        }
+        p->granularity = v;
+    }
+    if (o->chunk_size) {
+        if (!parse_size_range("--chunk-size", o->chunk_size,
+                              MIRROR_MIN_CHUNK_SIZE, MIRROR_MAX_CHUNK_SIZE,
+                              true, &v, &err)) {
+            goto out_err;
+        }
+        p->chunk_size = v;
+    }
+    if (o->buf_size) {
+        if (!parse_size_range("--buf-size", o->buf_size, 4 * KiB, 4 * GiB,
+                              false, &v, &err)) {
+            goto out_err;
+        }
+        p->buf_size = v;
+    }
+    if (o->max_in_flight) {
+        if (!parse_count("--max-in-flight", o->max_in_flight, 1,
+                         MIRROR_MAX_IN_FLIGHT_LIMIT, &v, &err)) {
+            goto out_err;
+        }
+        p->max_in_flight = v;
+    }
+    if (o->speed) {
+        if (!parse_size("--speed", o->speed, &v, &err)) {
+            goto out_err;
+        }
+        p->speed = v;
+    }
+    if (o->connections) {
+        if (!parse_count("--connections", o->connections, 1, 16, &v,
+                         &err)) {
+            goto out_err;
+        }
+        g_hash_table_insert(nbd_opts, g_strdup("connections"),
+                            g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
+    if (o->qmp_wait && !o->qmp) {
+        tool_error("--qmp-wait needs --qmp PATH");
+        return false;
+    }
+    return true;
+
+out_err:
+    tool_error("%s", err->message);
+    return false;
+}
+
+int cmd_start(int argc, char **argv)
+{
+    StartOptions o = { 0 };
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(BlockDriverState) src = NULL;
+    g_autoptr(BlockDriverState) dst = NULL;
+    g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
+                                                           g_str_equal,
+                                                           g_free, g_free);
+    g_autoptr(GError) err = NULL;
+    QmpServer *qmp = NULL;
+    QmpJobHost host = { 0 };
+    JobRunner runner;
+    MirrorParams p;
+    Job *job;
+    int ret = TOOL_EXIT_USAGE;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
+          "source format (default: probe)", "FMT" },
+        { "target-format", 'O', 0, G_OPTION_ARG_STRING, &o.dst_format,
+          "target format (default: raw; never probed)", "FMT" },
+        { "sync", 0, 0, G_OPTION_ARG_STRING, &o.sync,
+          "full (default), top or none", "MODE" },
+        { "granularity", 0, 0, G_OPTION_ARG_STRING, &o.granularity,
+          "dirty bitmap granularity, power of 2 in 512..64M (default: "
+          "the target's cluster size in 4K..64K, else 64K)", "SIZE" },
+        { "buf-size", 0, 0, G_OPTION_ARG_STRING, &o.buf_size,
+          "bytes of data in flight (default 16M)", "SIZE" },
+        { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &o.chunk_size,
+          "largest single I/O, power of 2 in 4K..64M (default 1M)", "SIZE" },
+        { "max-in-flight", 0, 0, G_OPTION_ARG_STRING, &o.max_in_flight,
+          "operations in flight, 1..1024 (default 16)", "N" },
+        { "speed", 0, 0, G_OPTION_ARG_STRING, &o.speed,
+          "copy at most RATE bytes per second (default: unlimited)",
+          "RATE" },
+        { "on-source-error", 0, 0, G_OPTION_ARG_STRING, &o.on_source_error,
+          "report (default), ignore, stop or enospc", "ACTION" },
+        { "on-target-error", 0, 0, G_OPTION_ARG_STRING, &o.on_target_error,
+          "report (default), ignore, stop or enospc", "ACTION" },
+        { "copy-mode", 0, 0, G_OPTION_ARG_STRING, &o.copy_mode,
+          "background (default) or write-blocking", "MODE" },
+        { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
+          "the target reads as zero: skip zeroing it", NULL },
+        { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
+          "NBD connections per NBD end, 1..16 (default 4)", "N" },
+        { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
+          "the job's id and device name in QMP (default: mirror)", "ID" },
+        { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,
+          "serve QMP on this UNIX socket; stay in sync after READY until "
+          "block-job-complete or block-job-cancel", "PATH" },
+        { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
+          "start the job only once a QMP client has connected", NULL },
+        { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
+          "show a progress bar on stderr", NULL },
+        { "json", 0, 0, G_OPTION_ARG_NONE, &o.json,
+          "print every event as a JSON line on stdout", NULL },
+        { NULL },
+    };
+
+    ctx = g_option_context_new("SRC DST");
+    g_option_context_set_summary(ctx,
+        "Mirror SRC onto DST, an existing image of the same size, and keep\n"
+        "it in sync: without --qmp until READY, then complete; with --qmp\n"
+        "until block-job-complete or block-job-cancel arrives.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_expect_args("start", argc, 2, "a source and a target") ||
+        !start_parse(&o, &p, nbd_opts)) {
+        goto out;
+    }
+    if (bdrv_same_storage(argv[1], argv[2])) {
+        tool_error("source and target are the same image '%s'", argv[2]);
+        goto out;
+    }
+    src = tool_open_image("source", argv[1], o.src_format, 0,
+                          tool_nbd_options(argv[1], nbd_opts));
+    if (!src) {
+        goto out;
+    }
+    dst = tool_open_image("target", argv[2], o.dst_format,
+                          BDRV_O_RDWR | BDRV_O_NO_PROBE,
+                          tool_nbd_options(argv[2], nbd_opts));
+    if (!dst) {
+        goto out;
+    }
+    job = mirror_job_new(o.job_id ? o.job_id : "mirror", src, dst, &p,
+                         &err);
+    if (!job) {
+        tool_error("%s", err->message);
+        goto out;
+    }
+
+    job_runner_init(&runner, argv[2], o.progress);
+    runner.json = o.json;
+    if (o.qmp) {
+        qmp = qmp_server_new(o.qmp, &err);
+        if (!qmp) {
+            tool_error("%s", err->message);
+            job_unref(job);
+            job_runner_destroy(&runner);
+            goto out;
+        }
+        host = (QmpJobHost) {
+            .job = job, .quit = job_runner_quit, .opaque = &runner,
+        };
+        qmp_job_register(qmp, &host);
+        runner.qmp = qmp;
+        runner.qmp_wait = o.qmp_wait;
+    }
+    ret = job_runner_run(&runner, job);
+    if (ret == TOOL_EXIT_OK) {
+        job_runner_print_summary(&runner, stdout);
+    }
+    qmp_server_free(qmp);
+    job_runner_destroy(&runner);
+out:
+    start_options_clear(&o);
+    return ret;
+}

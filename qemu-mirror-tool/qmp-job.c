@@ -1,0 +1,381 @@
+/*
+ * The job's QMP commands, queries and events.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/qmp-job.h"
+#include "block/mirror.h"
+
+#include <string.h>
+
+static bool qmp_job_is_mirror(Job *job)
+{
+    return !strcmp(job->driver->job_type, "mirror");
+}
+
+static void add_int(JsonBuilder *b, const char *name, int64_t v)
+{
+    json_builder_set_member_name(b, name);
+    json_builder_add_int_value(b, v);
+}
+
+static void add_str(JsonBuilder *b, const char *name, const char *v)
+{
+    json_builder_set_member_name(b, name);
+    json_builder_add_string_value(b, v);
+}
+
+static void add_bool(JsonBuilder *b, const char *name, bool v)
+{
+    json_builder_set_member_name(b, name);
+    json_builder_add_boolean_value(b, v);
+}
+
+/* type, device, len, offset, speed: common to the BLOCK_JOB_* events. */
+static void qmp_job_add_basics(JsonBuilder *b, Job *job)
+{
+    add_str(b, "type", job->driver->job_type);
+    add_str(b, "device", job->id);
+    add_int(b, "len", MAX(job->progress_total, job->progress_current));
+    add_int(b, "offset", job->progress_current);
+    add_int(b, "speed", job->speed);
+}
+
+JsonNode *qmp_job_block_info(Job *job)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+
+    if (!job || job->status == JOB_STATUS_NULL) {
+        return NULL;
+    }
+    json_builder_begin_object(b);
+    qmp_job_add_basics(b, job);
+    if (qmp_job_is_mirror(job)) {
+        MirrorStats st;
+
+        /* Busy: working now, not idle in sync nor paused. */
+        mirror_get_stats(job, &st);
+        add_bool(b, "busy", !job_is_paused(job) && !job_is_completed(job) &&
+                 !st.in_sync);
+    } else {
+        add_bool(b, "busy", !job_is_paused(job) && !job_is_completed(job));
+    }
+    add_bool(b, "paused", job->pause_count > 0);
+    add_bool(b, "ready", job->ready_seen);
+    add_str(b, "status", job_status_str(job->status));
+    add_bool(b, "auto-finalize", job->auto_finalize);
+    add_bool(b, "auto-dismiss", job->auto_dismiss);
+    if (job->error) {
+        add_str(b, "error", job->error);
+    }
+    if (qmp_job_is_mirror(job)) {
+        MirrorStats st;
+
+        mirror_get_stats(job, &st);
+        add_str(b, "io-status", st.io_status);
+        add_bool(b, "actively-synced", st.actively_synced);
+        /* Beyond QEMU: is the target keeping up right now? */
+        add_int(b, "dirty-bytes", st.dirty_bytes);
+        add_int(b, "in-flight-bytes", st.in_flight_bytes);
+        add_int(b, "dirty-rate", (int64_t)st.dirty_rate);
+        add_int(b, "copy-rate", (int64_t)st.copy_rate);
+        add_int(b, "eta-ms", st.eta_ms);
+        add_bool(b, "in-sync", st.in_sync);
+    } else {
+        add_str(b, "io-status", "ok");
+    }
+    json_builder_end_object(b);
+    return json_builder_get_root(b);
+}
+
+JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
+                             const char **name)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    static const char *const actions[] = {
+        [BLOCK_ERROR_ACTION_IGNORE] = "ignore",
+        [BLOCK_ERROR_ACTION_REPORT] = "report",
+        [BLOCK_ERROR_ACTION_STOP] = "stop",
+    };
+
+    json_builder_begin_object(b);
+    switch (ev->type) {
+    case JOB_EVENT_STATUS_CHANGE:
+        *name = "JOB_STATUS_CHANGE";
+        add_str(b, "id", job->id);
+        add_str(b, "status", job_status_str(ev->status));
+        break;
+    case JOB_EVENT_READY:
+        *name = "BLOCK_JOB_READY";
+        qmp_job_add_basics(b, job);
+        break;
+    case JOB_EVENT_COMPLETED:
+        *name = "BLOCK_JOB_COMPLETED";
+        qmp_job_add_basics(b, job);
+        if (job->error) {
+            add_str(b, "error", job->error);
+        }
+        break;
+    case JOB_EVENT_CANCELLED:
+        *name = "BLOCK_JOB_CANCELLED";
+        qmp_job_add_basics(b, job);
+        break;
+    case JOB_EVENT_ERROR:
+        *name = "BLOCK_JOB_ERROR";
+        add_str(b, "device", job->id);
+        add_str(b, "operation", ev->is_read ? "read" : "write");
+        add_str(b, "action", actions[ev->action]);
+        break;
+    default:
+        return NULL;
+    }
+    json_builder_end_object(b);
+    return json_builder_get_root(b);
+}
+
+/* ---- lookup ---- */
+
+static Job *qmp_job_by_device(QmpJobHost *host, JsonObject *args,
+                              const char *const *allowed, GError **errp)
+{
+    const char *device = NULL;
+
+    if (!qmp_check_args(args, allowed, errp) ||
+        !qmp_arg_str(args, "device", true, &device, errp)) {
+        return NULL;
+    }
+    if (!host->job || host->job->status == JOB_STATUS_NULL ||
+        strcmp(host->job->id, device)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_ACTIVE,
+                    "Block job '%s' not found", device);
+        return NULL;
+    }
+    return host->job;
+}
+
+static Job *qmp_job_by_id(QmpJobHost *host, JsonObject *args,
+                          GError **errp)
+{
+    static const char *const allowed[] = { "id", NULL };
+    const char *id = NULL;
+
+    if (!qmp_check_args(args, allowed, errp) ||
+        !qmp_arg_str(args, "id", true, &id, errp)) {
+        return NULL;
+    }
+    if (!host->job || host->job->status == JOB_STATUS_NULL ||
+        strcmp(host->job->id, id)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Job not found");
+        return NULL;
+    }
+    return host->job;
+}
+
+static const char *const device_only[] = { "device", NULL };
+
+/* ---- commands ---- */
+
+static JsonNode *qmp_query_block_jobs(JsonObject *args, void *opaque,
+                                      GError **errp)
+{
+    QmpJobHost *host = opaque;
+    JsonArray *list = json_array_new();
+    JsonNode *ret = json_node_new(JSON_NODE_ARRAY);
+    JsonNode *info = qmp_job_block_info(host->job);
+
+    if (info) {
+        json_array_add_element(list, info);
+    }
+    json_node_take_array(ret, list);
+    return ret;
+}
+
+static JsonNode *qmp_query_jobs(JsonObject *args, void *opaque,
+                                GError **errp)
+{
+    QmpJobHost *host = opaque;
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    Job *job = host->job;
+
+    json_builder_begin_array(b);
+    if (job && job->status != JOB_STATUS_NULL) {
+        json_builder_begin_object(b);
+        add_str(b, "id", job->id);
+        add_str(b, "type", job->driver->job_type);
+        add_str(b, "status", job_status_str(job->status));
+        add_int(b, "current-progress", job->progress_current);
+        add_int(b, "total-progress",
+                MAX(job->progress_total, job->progress_current));
+        if (job->error) {
+            add_str(b, "error", job->error);
+        }
+        json_builder_end_object(b);
+    }
+    json_builder_end_array(b);
+    return json_builder_get_root(b);
+}
+
+static JsonNode *qmp_block_job_set_speed(JsonObject *args, void *opaque,
+                                         GError **errp)
+{
+    static const char *const allowed[] = { "device", "speed", NULL };
+    Job *job = qmp_job_by_device(opaque, args, allowed, errp);
+    int64_t speed = 0;
+
+    if (job && qmp_arg_int(args, "speed", true, &speed, errp)) {
+        job_set_speed(job, speed, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_block_job_cancel(JsonObject *args, void *opaque,
+                                      GError **errp)
+{
+    static const char *const allowed[] = { "device", "force", NULL };
+    Job *job = qmp_job_by_device(opaque, args, allowed, errp);
+    bool force = false;
+
+    if (job && qmp_arg_bool(args, "force", false, &force, errp)) {
+        job_user_cancel(job, force, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_block_job_pause(JsonObject *args, void *opaque,
+                                     GError **errp)
+{
+    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
+
+    if (job) {
+        job_user_pause(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_block_job_resume(JsonObject *args, void *opaque,
+                                      GError **errp)
+{
+    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
+
+    if (job) {
+        job_user_resume(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_block_job_complete(JsonObject *args, void *opaque,
+                                        GError **errp)
+{
+    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
+
+    if (job) {
+        job_complete(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_pause(JsonObject *args, void *opaque, GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_user_pause(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_resume(JsonObject *args, void *opaque,
+                                GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_user_resume(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_cancel(JsonObject *args, void *opaque,
+                                GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_user_cancel(job, true, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_complete(JsonObject *args, void *opaque,
+                                  GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_complete(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_finalize(JsonObject *args, void *opaque,
+                                  GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_finalize(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_job_dismiss(JsonObject *args, void *opaque,
+                                 GError **errp)
+{
+    Job *job = qmp_job_by_id(opaque, args, errp);
+
+    if (job) {
+        job_dismiss(job, errp);
+    }
+    return NULL;
+}
+
+static JsonNode *qmp_quit(JsonObject *args, void *opaque, GError **errp)
+{
+    QmpJobHost *host = opaque;
+    static const char *const none[] = { NULL };
+
+    if (qmp_check_args(args, none, errp)) {
+        host->quit(host->opaque);
+    }
+    return NULL;
+}
+
+void qmp_job_register(QmpServer *srv, QmpJobHost *host)
+{
+    static const struct {
+        const char *name;
+        QmpCommandFunc *fn;
+    } cmds[] = {
+        { "query-block-jobs", qmp_query_block_jobs },
+        { "query-jobs", qmp_query_jobs },
+        { "block-job-set-speed", qmp_block_job_set_speed },
+        { "block-job-cancel", qmp_block_job_cancel },
+        { "block-job-pause", qmp_block_job_pause },
+        { "block-job-resume", qmp_block_job_resume },
+        { "block-job-complete", qmp_block_job_complete },
+        { "block-job-finalize", qmp_job_finalize },
+        { "block-job-dismiss", qmp_job_dismiss },
+        { "job-pause", qmp_job_pause },
+        { "job-resume", qmp_job_resume },
+        { "job-cancel", qmp_job_cancel },
+        { "job-complete", qmp_job_complete },
+        { "job-finalize", qmp_job_finalize },
+        { "job-dismiss", qmp_job_dismiss },
+        { "quit", qmp_quit },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cmds); i++) {
+        qmp_server_register(srv, cmds[i].name, cmds[i].fn, host);
+    }
+}

@@ -1,0 +1,36 @@
+/*
+ * The job's QMP face: the block-job-* and job-* commands, query-block-jobs
+ * and query-jobs (with QEMU's members plus our convergence numbers), quit,
+ * and the translation of job events into QEMU's event messages.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef QMP_JOB_H
+#define QMP_JOB_H
+
+#include "block/job.h"
+#include "qemu-mirror-tool/qmp.h"
+
+/* What the commands act on. */
+typedef struct QmpJobHost {
+    Job *job;                   /* the job (a reference is held by owner) */
+    void (*quit)(void *opaque); /* `quit`: stop the program in order */
+    void *opaque;
+} QmpJobHost;
+
+/* Register the job commands on @srv. */
+void qmp_job_register(QmpServer *srv, QmpJobHost *host);
+
+/*
+ * The QMP event for @ev of @job: its name in *@name and its "data"
+ * (a new node).  Returns NULL for events QMP does not show.
+ */
+JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
+                             const char **name);
+
+/* The query-block-jobs entry of @job (a new node), or NULL once it is
+ * gone (NULL state). */
+JsonNode *qmp_job_block_info(Job *job);
+
+#endif /* QMP_JOB_H */
