@@ -62,7 +62,7 @@ for w in $WORKLOADS; do [[ -n ${GOAL[$w]:-} ]] || die "unknown workload $w"; don
 SCRATCH=$(mktemp -d /dev/shm/nbd-bench.XXXXXX)
 trap 'rm -rf "$SCRATCH"' EXIT
 trap 'exit 130' INT TERM
-RES=$SCRATCH/results.tsv        # workload row wall cpu rss_kib cpu+srv
+RES=$SCRATCH/results.tsv        # workload row wall cpu rss_kib cpu+srv load1
 FAILS=$SCRATCH/fails.tsv        # workload row reason
 STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
 : >"$RES"; : >"$FAILS"; : >"$STATS"
@@ -161,7 +161,8 @@ run_one() {
     cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
     cpuall=$(awk -v u="$u2" -v s="$s2" 'BEGIN { printf "%.2f", u + s }')
     if [[ $timed == 1 ]]; then
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$row" "$wall" "$cpu" "$m" "$cpuall" >>"$RES"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$row" "$wall" "$cpu" "$m" "$cpuall" \
+            "$(cut -d' ' -f1 /proc/loadavg)" >>"$RES"
     elif [[ -s $SCRATCH/stats ]]; then
         printf '%s\t%s\tconns %s (%s used); %s\n' "$wl" "$row" \
             "$(grep -c ' Connect ' "$SCRATCH/log")" \
@@ -202,6 +203,8 @@ report() {
     bestw=${MW[ref]}
     echo
     echo "== $2 (RUNS=$RUNS; ratio = median wall / median wall of the $what) =="
+    awk -F'\t' -v w="$wl" '$1 == w { n++; s += $7; if ($7 > m) m = $7 } END {
+        if (n) printf "1-minute load average after the runs: mean %.1f, max %.1f\n", s / n, m }' "$RES"
     printf '%-52s %7s %6s %8s %7s %6s %4s\n' tool wall_s cpu_s cpu+srv rss_MiB ratio fail
     for ((k = 0; k < NROWS; k++)); do
         nf=$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r' "$FAILS" | wc -l)

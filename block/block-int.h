@@ -47,6 +47,10 @@ struct BlockDriver {
     /* Size of the driver state, zero-allocated as bs->opaque. */
     size_t instance_size;
 
+    /* BDRV_REQ_* write flags beyond FUA that aio_pwritev understands
+     * (BDRV_REQ_WRITE_COMPRESSED); io.c fails the others with -ENOTSUP. */
+    unsigned supported_write_flags;
+
     /*
      * Optional.  Score how likely it is that a file starting with @buf
      * (@buf_size bytes, possibly fewer than 512 for tiny files) is in this
@@ -177,6 +181,20 @@ extern const BlockDriver bdrv_raw;
 extern const BlockDriver bdrv_null;
 extern const BlockDriver bdrv_blkdebug;
 extern const BlockDriver bdrv_nbd;
+extern const BlockDriver bdrv_qcow2;
+
+/* Fills bs->opaque of a node built in code; false with @errp set. */
+typedef bool BdrvInitFunc(BlockDriverState *bs, void *data, GError **errp);
+
+/*
+ * Create a node of @drv that no spec names (a filter built in code):
+ * @init(bs, @data, errp) sets up bs->opaque where drv->open would parse a
+ * spec; then the length and limits are read as for bdrv_open().  @name is
+ * what bdrv_get_filename() shows.
+ */
+BlockDriverState *bdrv_new_internal(const BlockDriver *drv, const char *name,
+                                    int flags, BdrvInitFunc *init,
+                                    void *data, GError **errp);
 
 /*
  * Parse "key=value,key=value" (the part of a driver spec after its prefix)

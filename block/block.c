@@ -22,6 +22,7 @@ static const BlockDriver *const block_drivers[] = {
     &bdrv_null,
     &bdrv_blkdebug,
     &bdrv_nbd,
+    &bdrv_qcow2,
 };
 
 static const BlockDriver *bdrv_find_driver(const char *format)
@@ -150,13 +151,16 @@ static GHashTable *bdrv_copy_options(GHashTable *options)
     return copy;
 }
 
+static BlockDriverState *bdrv_alloc(const BlockDriver *drv, const char *name,
+                                    int flags);
+static bool bdrv_finish_open(BlockDriverState *bs, GError **errp);
+
 BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
                             GHashTable *options, GError **errp)
 {
     g_autoptr(GHashTable) opts = bdrv_copy_options(options);
     const BlockDriver *drv;
     BlockDriverState *bs;
-    int64_t len;
 
     if (!spec || !*spec) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
@@ -191,28 +195,76 @@ BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
         }
     }
 
-    bs = g_new0(BlockDriverState, 1);
-    bs->drv = drv;
-    bs->opaque = g_malloc0(drv->instance_size);
-    bs->filename = g_strdup(spec);
-    bs->open_flags = flags;
-    bs->refcnt = 1;
-    g_queue_init(&bs->tracked);
-    g_queue_init(&bs->waiting);
-
+    bs = bdrv_alloc(drv, spec, flags);
     if (!drv->open(bs, spec, flags, opts, errp)) {
         goto out_free;
     }
     if (!bdrv_check_leftover_options(opts, drv->format_name, errp)) {
         goto out_close;
     }
+    if (!bdrv_finish_open(bs, errp)) {
+        goto out_close;
+    }
+    return bs;
+
+out_close:
+    drv->close(bs);
+out_free:
+    g_free(bs->opaque);
+    g_free(bs->filename);
+    g_free(bs);
+    return NULL;
+}
+
+BlockDriverState *bdrv_new_internal(const BlockDriver *drv, const char *name,
+                                    int flags, BdrvInitFunc *init,
+                                    void *data, GError **errp)
+{
+    BlockDriverState *bs = bdrv_alloc(drv, name, flags);
+
+    if (!init(bs, data, errp)) {
+        goto out_free;
+    }
+    if (!bdrv_finish_open(bs, errp)) {
+        drv->close(bs);
+        goto out_free;
+    }
+    return bs;
+
+out_free:
+    g_free(bs->opaque);
+    g_free(bs->filename);
+    g_free(bs);
+    return NULL;
+}
+
+static BlockDriverState *bdrv_alloc(const BlockDriver *drv, const char *name,
+                                    int flags)
+{
+    BlockDriverState *bs = g_new0(BlockDriverState, 1);
+
+    bs->drv = drv;
+    bs->opaque = g_malloc0(drv->instance_size);
+    bs->filename = g_strdup(name);
+    bs->open_flags = flags;
+    bs->refcnt = 1;
+    g_queue_init(&bs->tracked);
+    g_queue_init(&bs->waiting);
+    return bs;
+}
+
+/* After the driver opened @bs: cache its length, ask for its limits. */
+static bool bdrv_finish_open(BlockDriverState *bs, GError **errp)
+{
+    const BlockDriver *drv = bs->drv;
+    int64_t len;
 
     len = drv->get_length(bs);
     if (len < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Could not get the size of '%s': %s", spec,
+                    "Could not get the size of '%s': %s", bs->filename,
                     g_strerror(-len));
-        goto out_close;
+        return false;
     }
     bs->total_bytes = len;
 
@@ -225,15 +277,7 @@ BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
     }
     g_assert(is_power_of_2(bs->bl.request_alignment));
     g_assert(is_power_of_2(bs->bl.min_mem_alignment));
-    return bs;
-
-out_close:
-    drv->close(bs);
-out_free:
-    g_free(bs->opaque);
-    g_free(bs->filename);
-    g_free(bs);
-    return NULL;
+    return true;
 }
 
 BlockDriverState *bdrv_ref(BlockDriverState *bs)

@@ -52,6 +52,10 @@ typedef enum BdrvRequestFlags {
     BDRV_REQ_MAY_UNMAP   = 0x2, /* write-zeroes: may deallocate the range */
     BDRV_REQ_NO_FALLBACK = 0x4, /* write-zeroes: fail with -ENOTSUP rather
                                  * than write zero buffers (fast zero) */
+    BDRV_REQ_WRITE_COMPRESSED = 0x8, /* write: store compressed; covers
+                                 * whole clusters (the last may end at the
+                                 * image end); sent to the driver unsplit;
+                                 * -ENOTSUP where unsupported */
 } BdrvRequestFlags;
 
 /* Block status of an extent (BlockExtent.flags) */
@@ -80,6 +84,7 @@ typedef struct BlockImageInfo {
     int64_t cluster_size;        /* 0 when the format has none */
     char *backing_file;          /* or NULL */
     char *backing_format;        /* or NULL */
+    bool dirty_flag;             /* the format says metadata may be stale */
     GPtrArray *specific;         /* "key: value" strings, or NULL */
 } BlockImageInfo;
 

@@ -383,7 +383,10 @@ static void bdrv_req_step(BdrvRequest *req)
                         req->start), req->flags, bdrv_req_frag_done, req);
         break;
     case BDRV_REQ_TYPE_WRITE:
-        req->frag = MIN(req->end - req->pos, bdrv_max_rw(bs));
+        /* A compressed write is one unit of whole clusters: never split. */
+        req->frag = req->flags & BDRV_REQ_WRITE_COMPRESSED
+                    ? req->end - req->pos
+                    : MIN(req->end - req->pos, bdrv_max_rw(bs));
         drv->aio_pwritev(bs, req->pos, req->frag, data + (req->pos -
                          req->start), req->flags, bdrv_req_frag_done, req);
         break;
@@ -513,11 +516,24 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
 
     g_assert(offset >= 0 && bytes >= 0);
     req = bdrv_req_new(bs, BDRV_REQ_TYPE_WRITE, offset, bytes, (void *)buf,
-                       flags & BDRV_REQ_FUA, cb, opaque);
+                       flags & (BDRV_REQ_FUA | BDRV_REQ_WRITE_COMPRESSED),
+                       cb, opaque);
     if (!bdrv_req_check_write(req)) {
         return;
     }
     bdrv_req_align(req, true);
+    if (flags & BDRV_REQ_WRITE_COMPRESSED) {
+        /* Compressed: supported by the driver, and nothing to pad. */
+        if (!(bs->drv->supported_write_flags & BDRV_REQ_WRITE_COMPRESSED)) {
+            bdrv_req_finish_later(req, -ENOTSUP);
+            return;
+        }
+        if (req->start != req->offset ||
+            req->end != req->offset + req->bytes) {
+            bdrv_req_finish_later(req, -EINVAL);
+            return;
+        }
+    }
     bdrv_req_submit(req);
 }
 

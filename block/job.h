@@ -55,6 +55,7 @@ typedef enum JobEventType {
     JOB_EVENT_COMPLETED,        /* BLOCK_JOB_COMPLETED (error if failed) */
     JOB_EVENT_CANCELLED,        /* BLOCK_JOB_CANCELLED */
     JOB_EVENT_ERROR,            /* BLOCK_JOB_ERROR */
+    JOB_EVENT_COPY_MODE,        /* MIRROR_COPY_MODE_CHANGED (ours) */
 } JobEventType;
 
 /* Error actions (BlockdevOnError) and the operation of BLOCK_JOB_ERROR. */
@@ -72,6 +73,7 @@ typedef struct JobEvent {
     bool is_read;               /* ERROR: operation read or write */
     BlockErrorAction action;    /* ERROR */
     int error;                  /* ERROR: the errno (positive) */
+    const char *reason;         /* COPY_MODE: "auto-converge" etc. */
 } JobEvent;
 
 /* A listener gets every event of the job, synchronously. */

@@ -70,6 +70,7 @@ struct MirrorJob {
     int64_t buf_size;
     int max_in_flight;
     int64_t sparse_size;
+    bool compress;              /* compressed data writes */
     bool in_order;
     bool auto_complete;
     bool allocate_zeroes;
@@ -108,6 +109,8 @@ struct MirrorJob {
     bool flush_in_flight;
     uint64_t writes_since_flush;
     uint64_t flush_mark;
+    bool flush_is_final;        /* started after complete/cancel asked */
+    bool final_flush_done;      /* a flush succeeded since then */
 
     RateLimit limit;
     GSource *rate_timer;
@@ -122,6 +125,24 @@ struct MirrorJob {
     bool iostatus_failed;
     bool iostatus_nospace;
     int64_t start_ns;
+
+    /* write-blocking mode and the switch-over */
+    BlockDriverState *top;      /* the mirror-top filter, or NULL */
+    GQueue active_waiting;      /* MirrorActiveOp waiting for overlaps */
+    GQueue active_ops;          /* MirrorActiveOp running */
+    int active_in_flight;       /* both of the above */
+    bool actively_synced;
+    bool stopping;              /* finishing: guests bypass the job */
+    bool draining;              /* waiting for the filter to quiesce */
+    bool drained;               /* the filter is quiesced */
+    int64_t stats_active;       /* bytes guests wrote to the target */
+
+    /* auto-converge (mirror-converge.c) */
+    bool auto_converge;
+    int64_t auto_converge_ms;
+    uint64_t auto_converge_passes;
+    int64_t behind_since_ns;    /* writers outpace us since, or 0 */
+    GSource *converge_timer;
 
     RateMeter copy_rate;        /* bytes made clean per second */
     bool notifier_added;
@@ -168,6 +189,22 @@ bool mirror_issue_one(MirrorJob *s);
 
 /* Forget the cached block status of the source (it was written). */
 void mirror_status_invalidate(MirrorJob *s);
+
+/* mirror-active.c */
+
+/* Start the waiting active writes that no longer overlap anything. */
+void mirror_active_start_waiting(MirrorJob *s);
+
+/* Is [offset, offset + bytes) an active write's own source write (which
+ * must not dirty the range)? */
+bool mirror_active_is_own_write(MirrorJob *s, int64_t offset,
+                                int64_t bytes);
+
+/* mirror-converge.c */
+
+/* Start watching convergence (if auto-converge is on); stop it. */
+void mirror_converge_start(MirrorJob *s);
+void mirror_converge_stop(MirrorJob *s);
 
 /* mirror-op.c */
 

@@ -50,6 +50,9 @@ static void mirror_op_retire(MirrorOp *op)
     }
     hbitmap_reset(s->in_flight_bitmap, op->offset, op->bytes);
     g_free(op);
+    if (!g_queue_is_empty(&s->active_waiting)) {
+        mirror_active_start_waiting(s);
+    }
 }
 
 static void mirror_op_done(MirrorOp *op)
@@ -183,7 +186,8 @@ static void mirror_write_next(MirrorOp *op)
                                mirror_write_cb, op);
     } else {
         op->piece_method = MIRROR_METHOD_COPY;
-        bdrv_aio_pwrite(s->dst, pos, len, op->buf + (pos - op->offset), 0,
+        bdrv_aio_pwrite(s->dst, pos, len, op->buf + (pos - op->offset),
+                        s->compress ? BDRV_REQ_WRITE_COMPRESSED : 0,
                         mirror_write_cb, op);
     }
 }

@@ -16,6 +16,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror-int.h"
+#include "block/mirror-top.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -49,7 +50,8 @@ static gboolean mirror_kick_cb(gpointer opaque)
 
 void mirror_kick(MirrorJob *s)
 {
-    if (!s->kick && !s->finished) {
+    /* Before job_start() (set-speed in CREATED) there is nothing to do. */
+    if (!s->kick && !s->finished && s->dirty) {
         s->kick = bdrv_timer_new(0, mirror_kick_cb, s);
     }
 }
@@ -88,7 +90,10 @@ static void mirror_cancel_timers(MirrorJob *s)
 
 static bool mirror_can_issue(MirrorJob *s)
 {
+    /* Waiting active writes go first: background copies would keep them
+     * waiting for ever under load. */
     return !s->finished && s->ret == 0 && !job_is_cancelled(&s->common) &&
+           g_queue_is_empty(&s->active_waiting) &&
            !job_should_pause(&s->common) && !s->status_pending &&
            !s->rate_timer && s->in_flight < s->max_in_flight &&
            !s->flush_in_flight;
@@ -124,7 +129,11 @@ static void mirror_source_written(void *opaque, int64_t offset,
 {
     MirrorJob *s = opaque;
 
+    if (mirror_active_is_own_write(s, offset, bytes)) {
+        return;     /* write-blocking: the job dirties what it must */
+    }
     dirty_bitmap_set(s->dirty, offset, bytes);
+    s->actively_synced = false;
     if (offset < s->status_end && s->status_start < offset + bytes) {
         mirror_status_invalidate(s);
     }
@@ -141,10 +150,20 @@ static void mirror_remove_notifier(MirrorJob *s)
 
 static void mirror_finish(MirrorJob *s, int ret)
 {
-    g_assert(!s->finished && s->in_flight == 0);
+    g_assert(!s->finished && s->in_flight == 0 && s->active_in_flight == 0);
     s->finished = true;
+    s->stopping = true;
+    if (s->top) {
+        /* After a switch-over the guests' requests now go to the target. */
+        mirror_top_set_job(s->top, NULL);
+        if (s->drained) {
+            s->drained = false;
+            mirror_top_drain_end(s->top);
+        }
+    }
     mirror_remove_notifier(s);
     mirror_cancel_timers(s);
+    mirror_converge_stop(s);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
     job_completed(&s->common, ret, NULL);
@@ -157,8 +176,13 @@ static void mirror_flush_done(void *opaque, int ret)
     s->flush_in_flight = false;
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
-    } else if (s->writes_since_flush == s->flush_mark) {
-        s->writes_since_flush = 0;
+    } else {
+        if (s->writes_since_flush == s->flush_mark) {
+            s->writes_since_flush = 0;
+        }
+        if (s->flush_is_final) {
+            s->final_flush_done = true;
+        }
     }
     mirror_pump(s);
 }
@@ -167,7 +191,18 @@ static void mirror_flush_target(MirrorJob *s)
 {
     s->flush_in_flight = true;
     s->flush_mark = s->writes_since_flush;
+    s->flush_is_final = s->should_complete || s->common.cancelled;
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
+}
+
+/* The filter is quiesced: guests wait while we check and switch. */
+static void mirror_top_drained(void *opaque)
+{
+    MirrorJob *s = opaque;
+
+    s->draining = false;
+    s->drained = true;
+    mirror_pump(s);
 }
 
 void mirror_check_state(MirrorJob *s)
@@ -175,16 +210,15 @@ void mirror_check_state(MirrorJob *s)
     Job *job = &s->common;
 
     if (s->finished || s->in_flight || s->flush_in_flight ||
-        s->status_pending) {
+        s->status_pending || s->draining) {
         return;
     }
-    /* Nothing in flight: the job may change state now. */
-    if (job_is_cancelled(job)) {
-        mirror_finish(s, -ECANCELED);
-        return;
-    }
-    if (s->ret < 0) {
-        mirror_finish(s, s->ret);
+    /* No background operation in flight: the job may change state now. */
+    if (job_is_cancelled(job) || s->ret < 0) {
+        s->stopping = true;     /* new guest writes bypass the job */
+        if (!s->active_in_flight) {
+            mirror_finish(s, job_is_cancelled(job) ? -ECANCELED : s->ret);
+        }
         return;
     }
     if (job_should_pause(job)) {
@@ -192,22 +226,50 @@ void mirror_check_state(MirrorJob *s)
         return;
     }
     if (dirty_bitmap_count(s->dirty) > 0) {
+        if (s->drained) {
+            /* Written while we quiesced: let guests go, copy, retry. */
+            s->drained = false;
+            mirror_top_drain_end(s->top);
+        }
         return;     /* rate limited or waiting to retry */
     }
     if (s->writes_since_flush) {
         mirror_flush_target(s);
         return;
     }
+    if (s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING) {
+        s->actively_synced = true;
+    }
     if (!job->ready_seen) {
         job_transition_to_ready(job);
         if (s->auto_complete) {
+            /* The flush that made us READY is the final one. */
             s->should_complete = true;
+            s->final_flush_done = true;
         }
         if (s->finished || job_is_completed(job)) {
             return;
         }
     }
     if (s->should_complete || job->cancelled) {
+        if (s->top && !s->drained) {
+            /* Quiesce guests, then look again: nothing may be dirty. */
+            s->draining = true;
+            mirror_top_drain_begin(s->top, mirror_top_drained, s);
+            return;
+        }
+        /*
+         * As QEMU: complete (or a soft cancel) flushes the target once
+         * more, even with nothing written since READY, and a failure is
+         * handled by on-target-error (stop: STANDBY, resume retries).
+         */
+        if (!s->final_flush_done) {
+            mirror_flush_target(s);
+            return;
+        }
+        if (s->top && s->should_complete) {
+            mirror_top_set_child(s->top, s->dst);    /* the switch-over */
+        }
         mirror_finish(s, 0);
     }
 }
@@ -285,6 +347,7 @@ static void mirror_start(Job *job)
     bdrv_add_write_notifier(s->src, mirror_source_written, s);
     s->notifier_added = true;
     rate_meter_reset(&s->copy_rate, clock_ns());
+    mirror_converge_start(s);
     bdrv_set_max_io(s->src, s->chunk_size);
     bdrv_set_max_io(s->dst, s->chunk_size);
     s->start_ns = clock_ns();
@@ -347,6 +410,7 @@ static void mirror_free(Job *job)
     g_assert(s->in_flight == 0);
     mirror_remove_notifier(s);
     mirror_cancel_timers(s);
+    mirror_converge_stop(s);
     dirty_bitmap_free(s->dirty);
     hbitmap_free(s->in_flight_bitmap);
     hbitmap_free(s->zero_bitmap);
@@ -484,6 +548,21 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->auto_complete = p->auto_complete;
     s->sparse_size = p->sparse_size;
     s->allocate_zeroes = p->allocate_zeroes;
+    s->compress = p->compress;
+    s->auto_converge = p->auto_converge;
+    s->auto_converge_ms = p->auto_converge_ms;
+    s->auto_converge_passes = p->auto_converge_passes;
+    if (p->compress && bdrv_get_cluster_size(dst) > 0) {
+        /* A compressed write covers whole clusters: so do operations and
+         * the data pieces between zero runs. */
+        int64_t cs = bdrv_get_cluster_size(dst);
+
+        s->granularity = granularity = MAX(granularity, cs);
+        s->chunk_size = chunk = MAX(chunk, cs);
+        if (s->sparse_size) {
+            s->sparse_size = QEMU_ALIGN_UP(s->sparse_size, cs);
+        }
+    }
     s->target_zero = p->target_is_zero || bdrv_has_zero_init(dst);
 
     /* One buffer holds one operation: at least one granule. */
@@ -495,6 +574,8 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->free_bufs = g_ptr_array_new_with_free_func(qemu_vfree);
     g_queue_init(&s->ops);
     g_queue_init(&s->order);
+    g_queue_init(&s->active_waiting);
+    g_queue_init(&s->active_ops);
     s->common.speed = p->speed;
     ratelimit_set_speed(&s->limit, p->speed, RATELIMIT_SLICE_NS);
     return &s->common;
@@ -527,14 +608,46 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .errors = s->errors,
     };
     st->in_sync = s->dirty && st->dirty_bytes == 0 && st->in_flight == 0;
-    st->actively_synced = st->in_sync &&
-                          s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING;
+    st->actively_synced = s->actively_synced;
     if (st->in_sync) {
         st->eta_ms = 0;
     } else if (st->copy_rate > st->dirty_rate) {
         st->eta_ms = (st->dirty_bytes + st->in_flight_bytes) * 1000.0 /
                      (st->copy_rate - st->dirty_rate);
     }
+}
+
+void mirror_job_set_top(Job *job, BlockDriverState *top)
+{
+    MirrorJob *s = mirror_job(job);
+
+    g_assert(job->status == JOB_STATUS_CREATED);
+    g_assert(mirror_top_child(top) == s->src);
+    s->top = top;
+    mirror_top_set_job(top, job);
+}
+
+bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)
+{
+    MirrorJob *s = mirror_job(job);
+
+    if (!job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
+        return false;
+    }
+    if (mode == s->copy_mode) {
+        return true;
+    }
+    if (mode != MIRROR_COPY_MODE_WRITE_BLOCKING) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Change to copy mode 'background' is not implemented");
+        return false;
+    }
+    /* From now on guest writes through the filter are mirrored at once;
+     * what is dirty already is copied in the background. */
+    s->copy_mode = mode;
+    s->actively_synced = false;
+    mirror_kick(s);
+    return true;
 }
 
 const char *mirror_get_error_detail(Job *job)

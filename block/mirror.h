@@ -69,8 +69,16 @@ typedef struct MirrorParams {
                                  * at this granularity; 0 = off */
     bool in_order;              /* submit writes in offset order */
     bool auto_complete;         /* complete as soon as READY */
+    bool auto_converge;         /* switch to write-blocking when writers
+                                 * outpace the copy (see below) */
+    int64_t auto_converge_ms;   /* ... for this long (0: 5000 ms) */
+    uint64_t auto_converge_passes; /* ... or after this many passes over
+                                 * the disk (0: no pass limit) */
     bool allow_larger_target;   /* copy onto the start of a larger target
                                  * (convert -n), instead of refusing */
+    bool compress;              /* data writes with BDRV_REQ_WRITE_COMPRESSED
+                                 * (convert -c): operations and data pieces
+                                 * cover whole target clusters */
 } MirrorParams;
 
 /* Counters for summaries and query-block-jobs. */
@@ -98,6 +106,13 @@ typedef struct MirrorStats {
     uint64_t errors;            /* failed operations so far */
 } MirrorStats;
 
+/* What a guest write does (write-blocking mode). */
+typedef enum MirrorWriteKind {
+    MIRROR_WRITE_DATA,
+    MIRROR_WRITE_ZERO,
+    MIRROR_WRITE_DISCARD,
+} MirrorWriteKind;
+
 /* Fill @p with QEMU's defaults (all the 0 = default fields stay 0). */
 void mirror_params_init(MirrorParams *p);
 
@@ -115,6 +130,42 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
 
 /* Counters of a mirror job. */
 void mirror_get_stats(Job *job, MirrorStats *stats);
+
+/*
+ * Let @job own the switch-over of the mirror-top filter @top (whose child
+ * is the job's source): completion quiesces @top, checks that nothing is
+ * dirty, flushes the target and makes the target @top's child; in
+ * write-blocking mode @top hands guest writes to the job.  Call before
+ * job_start().
+ */
+void mirror_job_set_top(Job *job, BlockDriverState *top);
+
+/*
+ * Switch a running job from background to write-blocking (QMP
+ * block-job-change; the other direction is refused, as in QEMU).
+ */
+bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp);
+
+/*
+ * Turn auto-converge on (@on 1) or off (0) at run time, or leave it (-1)
+ * (QMP block-job-change "auto-converge"); @after_ms and @passes as in
+ * MirrorParams (negative: unchanged).
+ */
+void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
+                              int64_t passes);
+
+/* Should guest writes through the filter go to mirror_active_write()? */
+bool mirror_is_write_blocking(Job *job);
+
+/*
+ * A guest write in write-blocking mode: written to the source, then (same
+ * @buf, which stays unchanged until @cb runs) to the target; @cb gets the
+ * source write's result.  Only while mirror_is_write_blocking().
+ */
+void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
+                         int64_t bytes, const void *buf,
+                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                         void *opaque);
 
 /*
  * What went wrong, with the operation, offset, length and image, when the

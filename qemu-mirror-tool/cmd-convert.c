@@ -39,6 +39,7 @@ typedef struct ConvertOptions {
     gboolean progress;
     gboolean quiet;
     gboolean target_is_zero;
+    gboolean compress;
 } ConvertOptions;
 
 static void convert_options_clear(ConvertOptions *o)
@@ -87,6 +88,7 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
     p->max_in_flight = CONVERT_DEFAULT_PARALLEL;
     p->sparse_size = CONVERT_DEFAULT_SPARSE;
     p->target_is_zero = o->target_is_zero;
+    p->compress = o->compress;
 
     if (o->src_format && !bdrv_find_format(o->src_format)) {
         tool_error("-f '%s': unknown image format", o->src_format);
@@ -144,6 +146,10 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
         }
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
+    if (o->compress && (!o->dst_format || strcmp(o->dst_format, "qcow2"))) {
+        tool_error("-c: compressed output needs a qcow2 target (-O qcow2)");
+        return false;
     }
     if (o->target_is_zero && !o->no_create) {
         tool_error("--target-is-zero requires -n (an existing target)");
@@ -211,7 +217,10 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
         *exit_code = TOOL_EXIT_FAILURE;
         return NULL;
     }
-    bdrv_set_zero_init(bs, true);
+    /* A new image reads as zeroes, unless it has a backing file. */
+    bdrv_set_zero_init(bs, !create_opts ||
+                           !g_hash_table_contains(create_opts,
+                                                  "backing_file"));
     return bs;
 }
 
@@ -250,6 +259,9 @@ int cmd_convert(int argc, char **argv)
           "allocate)", "SIZE" },
         { "rate-limit", 'r', 0, G_OPTION_ARG_STRING, &o.rate,
           "copy at most RATE bytes per second", "RATE" },
+        { "compress", 'c', 0, G_OPTION_ARG_NONE, &o.compress,
+          "compress the data (qcow2 targets, like qemu-img convert -c)",
+          NULL },
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target already reads as zero: skip zeroing (needs -n)",
           NULL },

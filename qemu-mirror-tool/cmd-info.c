@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
+#include "block/qcow2.h"
 #include "util/cutils.h"
 
 #include <json-glib/json-glib.h>
@@ -41,7 +42,47 @@ static void info_print_human(const char *filename, BlockImageInfo *info)
     }
 }
 
-static void info_print_json(const char *filename, BlockImageInfo *info)
+/*
+ * "format-specific": { "type": FORMAT, "data": { ... } } from the
+ * "key: value" lines, as qemu-img: keys with dashes, true/false as
+ * booleans, numbers as numbers.
+ */
+static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
+{
+    json_builder_set_member_name(b, "format-specific");
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "type");
+    json_builder_add_string_value(b, info->format);
+    json_builder_set_member_name(b, "data");
+    json_builder_begin_object(b);
+    for (guint i = 0; i < info->specific->len; i++) {
+        const char *line = g_ptr_array_index(info->specific, i);
+        const char *sep = strstr(line, ": ");
+        g_autofree char *key = NULL;
+        const char *v;
+        gint64 n;
+
+        if (!sep) {
+            continue;
+        }
+        key = g_strdelimit(g_strndup(line, sep - line), " ", '-');
+        v = sep + 2;
+        json_builder_set_member_name(b, key);
+        if (!strcmp(v, "true") || !strcmp(v, "false")) {
+            json_builder_add_boolean_value(b, !strcmp(v, "true"));
+        } else if (g_ascii_string_to_signed(v, 10, G_MININT64, G_MAXINT64,
+                                            &n, NULL)) {
+            json_builder_add_int_value(b, n);
+        } else {
+            json_builder_add_string_value(b, v);
+        }
+    }
+    json_builder_end_object(b);
+    json_builder_end_object(b);
+}
+
+static void info_print_json(BlockDriverState *bs, const char *filename,
+                            BlockImageInfo *info)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
 
@@ -68,8 +109,19 @@ static void info_print_json(const char *filename, BlockImageInfo *info)
         json_builder_set_member_name(b, "backing-filename-format");
         json_builder_add_string_value(b, info->backing_format);
     }
+    if (info->backing_file && qcow2_is_node(bs)) {
+        g_autofree char *full = qcow2_layer_filename(bs, 1);
+
+        if (full) {
+            json_builder_set_member_name(b, "full-backing-filename");
+            json_builder_add_string_value(b, full);
+        }
+    }
+    if (info->specific && info->specific->len) {
+        info_add_specific(b, info);
+    }
     json_builder_set_member_name(b, "dirty-flag");
-    json_builder_add_boolean_value(b, FALSE);
+    json_builder_add_boolean_value(b, info->dirty_flag);
     json_builder_end_object(b);
     tool_print_json(json_builder_get_root(b), true);
 }
@@ -92,7 +144,7 @@ int cmd_info(int argc, char **argv)
         return TOOL_EXIT_FAILURE;
     }
     if (json) {
-        info_print_json(bdrv_get_filename(bs), &info);
+        info_print_json(bs, bdrv_get_filename(bs), &info);
     } else {
         info_print_human(bdrv_get_filename(bs), &info);
     }

@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
+#include "block/qcow2.h"
 #include "util/cutils.h"
 
 #include <json-glib/json-glib.h>
@@ -66,9 +67,14 @@ static void map_print(MapState *m, const BlockExtent *e)
     }
     if ((e->flags & BDRV_BLOCK_DATA) &&
         (e->flags & BDRV_BLOCK_OFFSET_VALID)) {
+        /* Data of a backing file: name that file, as qemu-img does. */
+        g_autofree char *layer = e->depth && qcow2_is_node(m->bs)
+                                 ? qcow2_layer_filename(m->bs, e->depth)
+                                 : NULL;
+
         printf("%#-16" G_GINT64_MODIFIER "x%#-16" G_GINT64_MODIFIER
                "x%#-16" G_GINT64_MODIFIER "x%s\n", e->offset, e->length,
-               e->host_offset, m->filename);
+               e->host_offset, layer ? layer : m->filename);
     }
 }
 

@@ -170,28 +170,58 @@ static int job_runner_outcome(JobRunner *r)
     return TOOL_EXIT_OK;
 }
 
-int job_runner_run(JobRunner *r, Job *job)
+static void job_runner_start(JobRunner *r)
 {
-    int ret;
-
-    r->job = job;
-    ret = job_runner_check_interrupted(r);
-    if (ret != TOOL_EXIT_OK) {
-        return ret;
+    if (r->started) {
+        return;
     }
-    job_add_listener(job, job_runner_event, r);
-    while (r->qmp_wait && !qmp_server_has_client(r->qmp) && !r->signal) {
-        g_main_context_iteration(NULL, TRUE);
-    }
-    if (r->signal) {
-        return job_runner_check_interrupted(r);
-    }
+    r->started = true;
     if (r->progress) {
         r->progress_timer = g_timeout_add(PROGRESS_INTERVAL_MS,
                                           job_runner_progress_cb, r);
     }
     r->start_ns = clock_ns();
-    job_start(job);
+    /* A QMP client may have cancelled it before it started. */
+    if (r->job->status == JOB_STATUS_CREATED) {
+        job_start(r->job);
+    }
+}
+
+/*
+ * --qmp-wait: a client completed negotiation.  Start the job now, before
+ * the server reads that client's next request, so that the request finds
+ * the job running (not CREATED) and no event is missed.
+ */
+static void job_runner_negotiated(void *opaque)
+{
+    JobRunner *r = opaque;
+
+    if (!r->signal) {
+        job_runner_start(r);
+    }
+}
+
+int job_runner_run(JobRunner *r, Job *job)
+{
+    int ret;
+
+    r->job = job;
+    job_add_listener(job, job_runner_event, r);
+    if (r->qmp_wait) {
+        qmp_server_set_negotiated_cb(r->qmp, job_runner_negotiated, r);
+    }
+    ret = job_runner_check_interrupted(r);
+    if (ret != TOOL_EXIT_OK && !r->started) {
+        return ret;
+    }
+    while (r->qmp_wait && !r->started && !r->signal) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    if (r->signal && !r->started) {
+        return job_runner_check_interrupted(r);
+    }
+    /* Started already, a signal cancels it: run until it is gone. */
+    job_runner_start(r);
     tool_run_until(&r->done);
     if (r->progress) {
         job_runner_draw(r, true);

@@ -22,6 +22,7 @@ typedef struct JobRunner {
     bool json;              /* --json: events as JSON lines on stdout */
     QmpServer *qmp;         /* events go to its clients too, or NULL */
     bool qmp_wait;          /* start the job once a QMP client is there */
+    bool started;           /* job_runner_run started the job */
     bool done;
     bool quit;              /* QMP quit */
     int signal;             /* SIGINT/SIGTERM received, or 0 */

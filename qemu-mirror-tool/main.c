@@ -18,11 +18,14 @@ typedef struct ToolCommand {
 
 static const ToolCommand tool_commands[] = {
     { "convert", "copy an image, like qemu-img convert", cmd_convert },
+    { "create", "create an image, like qemu-img create", cmd_create },
     { "start", "mirror an image and keep it in sync (QMP control)",
       cmd_start },
     { "qmp", "send one QMP command to a running mirror-tool", cmd_qmp },
     { "info", "show an image's format and sizes", cmd_info },
     { "map", "show which parts of an image hold data", cmd_map },
+    { "serve", "export an image over NBD until stopped", cmd_serve },
+    { "check", "check a qcow2 image for leaks and corruptions", cmd_check },
 };
 
 static void tool_print_usage(FILE *out)

@@ -121,6 +121,13 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
         *name = "BLOCK_JOB_CANCELLED";
         qmp_job_add_basics(b, job);
         break;
+    case JOB_EVENT_COPY_MODE:
+        /* Ours: auto-converge switched the copy mode. */
+        *name = "MIRROR_COPY_MODE_CHANGED";
+        add_str(b, "device", job->id);
+        add_str(b, "copy-mode", "write-blocking");
+        add_str(b, "reason", ev->reason ? ev->reason : "");
+        break;
     case JOB_EVENT_ERROR:
         *name = "BLOCK_JOB_ERROR";
         add_str(b, "device", job->id);
@@ -173,6 +180,7 @@ static Job *qmp_job_by_id(QmpJobHost *host, JsonObject *args,
 }
 
 static const char *const device_only[] = { "device", NULL };
+static const char *const no_args[] = { NULL };
 
 /* ---- commands ---- */
 
@@ -180,10 +188,16 @@ static JsonNode *qmp_query_block_jobs(JsonObject *args, void *opaque,
                                       GError **errp)
 {
     QmpJobHost *host = opaque;
-    JsonArray *list = json_array_new();
-    JsonNode *ret = json_node_new(JSON_NODE_ARRAY);
-    JsonNode *info = qmp_job_block_info(host->job);
+    JsonArray *list;
+    JsonNode *ret;
+    JsonNode *info;
 
+    if (!qmp_check_args(args, no_args, errp)) {
+        return NULL;
+    }
+    list = json_array_new();
+    ret = json_node_new(JSON_NODE_ARRAY);
+    info = qmp_job_block_info(host->job);
     if (info) {
         json_array_add_element(list, info);
     }
@@ -195,9 +209,13 @@ static JsonNode *qmp_query_jobs(JsonObject *args, void *opaque,
                                 GError **errp)
 {
     QmpJobHost *host = opaque;
-    g_autoptr(JsonBuilder) b = json_builder_new();
+    g_autoptr(JsonBuilder) b = NULL;
     Job *job = host->job;
 
+    if (!qmp_check_args(args, no_args, errp)) {
+        return NULL;
+    }
+    b = json_builder_new();
     json_builder_begin_array(b);
     if (job && job->status != JOB_STATUS_NULL) {
         json_builder_begin_object(b);
@@ -340,12 +358,76 @@ static JsonNode *qmp_job_dismiss(JsonObject *args, void *opaque,
     return NULL;
 }
 
+/*
+ * block-job-change {id, type: "mirror", copy-mode} as QEMU (only
+ * background -> write-blocking), plus our "auto-converge" (bool),
+ * "auto-converge-ms" and "auto-converge-passes".
+ */
+static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
+                                      GError **errp)
+{
+    static const char *const allowed[] = {
+        "id", "type", "copy-mode", "auto-converge", "auto-converge-ms",
+        "auto-converge-passes", NULL,
+    };
+    QmpJobHost *host = opaque;
+    const char *id = NULL, *type = NULL, *mode = NULL;
+    bool converge = false, has_converge;
+    int64_t after = -1, passes = -1;
+    Job *job;
+
+    if (!qmp_check_args(args, allowed, errp) ||
+        !qmp_arg_str(args, "id", true, &id, errp) ||
+        !qmp_arg_str(args, "type", true, &type, errp) ||
+        !qmp_arg_str(args, "copy-mode", false, &mode, errp) ||
+        !qmp_arg_bool(args, "auto-converge", false, &converge, errp) ||
+        !qmp_arg_int(args, "auto-converge-ms", false, &after, errp) ||
+        !qmp_arg_int(args, "auto-converge-passes", false, &passes, errp)) {
+        return NULL;
+    }
+    job = host->job;
+    if (!job || job->status == JOB_STATUS_NULL || strcmp(job->id, id)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Job not found");
+        return NULL;
+    }
+    if (strcmp(type, job->driver->job_type)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Job type does not match specified job type");
+        return NULL;
+    }
+    if (mode) {
+        MirrorCopyMode m;
+
+        if (!strcmp(mode, "background")) {
+            m = MIRROR_COPY_MODE_BACKGROUND;
+        } else if (!strcmp(mode, "write-blocking")) {
+            m = MIRROR_COPY_MODE_WRITE_BLOCKING;
+        } else {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                        "Parameter 'copy-mode' does not accept value '%s'",
+                        mode);
+            return NULL;
+        }
+        if (!mirror_change_copy_mode(job, m, errp)) {
+            return NULL;
+        }
+    }
+    has_converge = json_object_has_member(args, "auto-converge");
+    if (has_converge || after >= 0 || passes >= 0) {
+        if (!job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
+            return NULL;
+        }
+        mirror_set_auto_converge(job, has_converge ? converge : -1, after,
+                                 passes);
+    }
+    return NULL;
+}
+
 static JsonNode *qmp_quit(JsonObject *args, void *opaque, GError **errp)
 {
     QmpJobHost *host = opaque;
-    static const char *const none[] = { NULL };
 
-    if (qmp_check_args(args, none, errp)) {
+    if (qmp_check_args(args, no_args, errp)) {
         host->quit(host->opaque);
     }
     return NULL;
@@ -372,6 +454,7 @@ void qmp_job_register(QmpServer *srv, QmpJobHost *host)
         { "job-complete", qmp_job_complete },
         { "job-finalize", qmp_job_finalize },
         { "job-dismiss", qmp_job_dismiss },
+        { "block-job-change", qmp_block_job_change },
         { "quit", qmp_quit },
     };
 

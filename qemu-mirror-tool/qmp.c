@@ -42,6 +42,8 @@ struct QmpServer {
     guint watch;
     GHashTable *commands;       /* name -> QmpCommand */
     GList *clients;             /* QmpClient */
+    void (*negotiated_cb)(void *opaque);
+    void *negotiated_opaque;
 };
 
 static const char *const qmp_class_names[] = {
@@ -195,6 +197,9 @@ static void qmp_client_handle(QmpClient *c, const char *line)
         }
         c->negotiated = true;
         qmp_client_send(c, qmp_return_reply(NULL, id));
+        if (c->srv->negotiated_cb) {
+            c->srv->negotiated_cb(c->srv->negotiated_opaque);
+        }
         return;
     }
     if (!c->negotiated) {
@@ -455,6 +460,13 @@ bool qmp_server_has_client(QmpServer *srv)
         }
     }
     return false;
+}
+
+void qmp_server_set_negotiated_cb(QmpServer *srv, void (*fn)(void *),
+                                  void *opaque)
+{
+    srv->negotiated_cb = fn;
+    srv->negotiated_opaque = opaque;
 }
 
 void qmp_server_flush(QmpServer *srv, int timeout_ms)

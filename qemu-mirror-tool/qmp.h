@@ -66,6 +66,14 @@ char *qmp_event_to_string(const char *event, JsonNode *data);
 bool qmp_server_has_client(QmpServer *srv);
 
 /*
+ * Call @fn(@opaque) whenever a client completes negotiation, right after
+ * its reply is queued and before the server reads its next request (so
+ * that whatever @fn starts is visible to that request).
+ */
+void qmp_server_set_negotiated_cb(QmpServer *srv, void (*fn)(void *),
+                                  void *opaque);
+
+/*
  * Write what is queued for every client, waiting at most @timeout_ms in
  * total (before exiting, so that the last events reach their readers).
  */

@@ -98,5 +98,8 @@ ToolCommandFunc cmd_start;
 ToolCommandFunc cmd_qmp;
 ToolCommandFunc cmd_info;
 ToolCommandFunc cmd_map;
+ToolCommandFunc cmd_serve;
+ToolCommandFunc cmd_create;
+ToolCommandFunc cmd_check;
 
 #endif /* TOOL_H */

@@ -115,6 +115,9 @@ static void test_job_event_cb(Job *job, const JobEvent *e, void *opaque)
     case JOB_EVENT_ERROR:
         ev->error_count++;
         break;
+    case JOB_EVENT_COPY_MODE:
+        ev->copy_mode_count++;
+        break;
     }
 }
 

@@ -40,6 +40,7 @@ typedef struct TestJobEvents {
     int completed_count;
     int cancelled_count;
     int error_count;
+    int copy_mode_count;
 } TestJobEvents;
 
 void test_job_events_attach(TestJobEvents *ev, Job *job);

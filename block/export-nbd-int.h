@@ -1,0 +1,361 @@
+/*
+ * NBD server internals, shared by export-nbd.c (sockets, buffering,
+ * backpressure, lifetimes), export-nbd-opts.c (handshake and options) and
+ * export-nbd-cmd.c (transmission requests).
+ *
+ * Lifetimes: a connection (NbdClient) is reference counted: one reference
+ * for the open socket, one per request in flight, and a temporary one while
+ * its callbacks run.  Closing the socket drops the first; a request's
+ * completion drops its own, so a completion arriving after the socket died
+ * finds its client still allocated (marked closed) and only frees memory.
+ * The server (NbdServer) lives until nbdsrv_free() was called and the last
+ * client is gone; that final release runs from an idle callback when it is
+ * triggered by a completion, so the block layer never sees its node closed
+ * under its own callback.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_EXPORT_NBD_INT_H
+#define BLOCK_EXPORT_NBD_INT_H
+
+#include "block/block-int.h"
+#include "block/export-nbd.h"
+#include "util/cutils.h"
+
+#include <sys/types.h>
+
+/* ---- protocol constants (doc/proto.md) ---- */
+
+#define NBD_MAGIC_INIT          UINT64_C(0x4e42444d41474943) /* NBDMAGIC */
+#define NBD_MAGIC_OPTS          UINT64_C(0x49484156454f5054) /* IHAVEOPT */
+#define NBD_MAGIC_OPT_REPLY     UINT64_C(0x0003e889045565a9)
+#define NBD_MAGIC_REQUEST       0x25609513u
+#define NBD_MAGIC_SIMPLE_REPLY  0x67446698u
+#define NBD_MAGIC_STRUCTURED    0x668e33efu
+
+/* Handshake flags (server) and client flags */
+#define NBD_FLAG_FIXED_NEWSTYLE     (1u << 0)
+#define NBD_FLAG_NO_ZEROES          (1u << 1)
+#define NBD_FLAG_C_FIXED_NEWSTYLE   (1u << 0)
+#define NBD_FLAG_C_NO_ZEROES        (1u << 1)
+
+/* Transmission flags */
+#define NBD_FLAG_HAS_FLAGS          (1u << 0)
+#define NBD_FLAG_READ_ONLY          (1u << 1)
+#define NBD_FLAG_SEND_FLUSH         (1u << 2)
+#define NBD_FLAG_SEND_FUA           (1u << 3)
+#define NBD_FLAG_SEND_TRIM          (1u << 5)
+#define NBD_FLAG_SEND_WRITE_ZEROES  (1u << 6)
+#define NBD_FLAG_SEND_DF            (1u << 7)
+#define NBD_FLAG_CAN_MULTI_CONN     (1u << 8)
+#define NBD_FLAG_SEND_FAST_ZERO     (1u << 11)
+
+/* Options */
+#define NBD_OPT_EXPORT_NAME         1
+#define NBD_OPT_ABORT               2
+#define NBD_OPT_LIST                3
+#define NBD_OPT_STARTTLS            5
+#define NBD_OPT_INFO                6
+#define NBD_OPT_GO                  7
+#define NBD_OPT_STRUCTURED_REPLY    8
+#define NBD_OPT_LIST_META_CONTEXT   9
+#define NBD_OPT_SET_META_CONTEXT    10
+
+/* Option replies */
+#define NBD_REP_ACK                 1
+#define NBD_REP_SERVER              2
+#define NBD_REP_INFO                3
+#define NBD_REP_META_CONTEXT        4
+#define NBD_REP_ERR_UNSUP           (0x80000000u + 1)
+#define NBD_REP_ERR_POLICY          (0x80000000u + 2)
+#define NBD_REP_ERR_INVALID         (0x80000000u + 3)
+#define NBD_REP_ERR_UNKNOWN         (0x80000000u + 6)
+#define NBD_REP_ERR_SHUTDOWN        (0x80000000u + 7)
+#define NBD_REP_ERR_TOO_BIG         (0x80000000u + 9)
+
+/* NBD_REP_INFO types */
+#define NBD_INFO_EXPORT             0
+#define NBD_INFO_NAME               1
+#define NBD_INFO_DESCRIPTION        2
+#define NBD_INFO_BLOCK_SIZE         3
+
+/* Commands and command flags */
+#define NBD_CMD_READ                0
+#define NBD_CMD_WRITE               1
+#define NBD_CMD_DISC                2
+#define NBD_CMD_FLUSH               3
+#define NBD_CMD_TRIM                4
+#define NBD_CMD_WRITE_ZEROES        6
+#define NBD_CMD_BLOCK_STATUS        7
+
+#define NBD_CMD_FLAG_FUA            (1u << 0)
+#define NBD_CMD_FLAG_NO_HOLE        (1u << 1)
+#define NBD_CMD_FLAG_DF             (1u << 2)
+#define NBD_CMD_FLAG_REQ_ONE        (1u << 3)
+#define NBD_CMD_FLAG_FAST_ZERO      (1u << 4)
+
+/* Structured reply flags and chunk types */
+#define NBD_REPLY_FLAG_DONE         (1u << 0)
+#define NBD_REPLY_TYPE_NONE         0
+#define NBD_REPLY_TYPE_OFFSET_DATA  1
+#define NBD_REPLY_TYPE_BLOCK_STATUS 5
+#define NBD_REPLY_TYPE_ERROR        0x8001
+
+/* base:allocation */
+#define NBD_STATE_HOLE              (1u << 0)
+#define NBD_STATE_ZERO              (1u << 1)
+
+/* Error values */
+#define NBD_EPERM                   1
+#define NBD_EIO                     5
+#define NBD_ENOMEM                  12
+#define NBD_EINVAL                  22
+#define NBD_ENOSPC                  28
+#define NBD_EOVERFLOW               75
+#define NBD_ENOTSUP                 95
+#define NBD_ESHUTDOWN               108
+
+/* Strings (export names, queries, messages) are at most this long. */
+#define NBD_MAX_STRING              4096
+
+/* Sizes of fixed messages */
+#define NBD_REQUEST_SIZE            28
+#define NBD_OPT_HEADER_SIZE         16
+#define NBD_OPT_REPLY_HEADER_SIZE   20
+#define NBD_SIMPLE_REPLY_SIZE       16
+#define NBD_CHUNK_HEADER_SIZE       20
+
+/* The id we give base:allocation in NBD_OPT_SET_META_CONTEXT. */
+#define NBDSRV_META_BASE_ALLOCATION 1
+
+/* ---- server limits ---- */
+
+#define NBDSRV_CLIENT_MAX_BYTES     (64 * MiB)
+#define NBDSRV_SERVER_MAX_BYTES     (1 * GiB)
+#define NBDSRV_MAX_CLIENTS          1024
+/* Option data we buffer; longer options are skipped and refused. */
+#define NBDSRV_MAX_OPTION           (64 * KiB)
+/* Unsent option replies after which we stop reading options. */
+#define NBDSRV_MAX_OPTION_OUTPUT    (1 * MiB)
+/* A refused WRITE payload up to this long is read and dropped; a longer
+ * one ends the connection after the error reply. */
+#define NBDSRV_MAX_SKIP             (2 * (int64_t)NBDSRV_MAX_PAYLOAD)
+#define NBDSRV_MAX_EXTENTS          1024
+#define NBDSRV_RBUF_SIZE            (64 * KiB)
+
+/* ---- state ---- */
+
+/* What the receive side expects next. */
+typedef enum NbdRecvState {
+    NBDR_CLIENT_FLAGS,      /* 32-bit client flags */
+    NBDR_OPT_HEADER,        /* IHAVEOPT, option, length */
+    NBDR_OPT_DATA,          /* option data into opt_data */
+    NBDR_REQ_HEADER,        /* a transmission request */
+    NBDR_PAYLOAD,           /* WRITE payload into payload_req->buf */
+    NBDR_SKIP,              /* bytes to drop (skip_left), then skip_then */
+    NBDR_STOPPED,           /* read nothing more */
+} NbdRecvState;
+
+/* What follows a skipped run of input. */
+typedef enum NbdSkipThen {
+    NBDSKIP_REQ_HEADER,     /* a refused WRITE payload: next request */
+    NBDSKIP_OPT_TOO_BIG,    /* an oversized option: refuse it */
+} NbdSkipThen;
+
+typedef struct NbdServer NbdServer;
+typedef struct NbdClient NbdClient;
+
+/* A transmission request header, decoded. */
+typedef struct NbdRequestHeader {
+    uint32_t magic;
+    uint16_t flags;
+    uint16_t type;
+    uint64_t cookie;
+    uint64_t offset;
+    uint32_t len;
+} NbdRequestHeader;
+
+/* One request from when its header is read until its reply is queued. */
+typedef struct NbdRequest {
+    NbdClient *client;
+    NbdRequestHeader h;
+    uint8_t *buf;           /* READ/WRITE data (bdrv_blockalign) */
+    uint64_t held;          /* bytes of buf counted in the held budget */
+    uint32_t got;           /* WRITE payload bytes received */
+    GArray *extents;        /* BLOCK_STATUS */
+} NbdRequest;
+
+struct NbdClient {
+    NbdServer *srv;
+    GList link;             /* in srv->clients */
+    int refcnt;
+    int fd;
+    bool closed;            /* socket gone; requests may still complete */
+    GSource *in_src;
+    GSource *out_src;
+    GSource *kick_src;      /* idle: resume parsing buffered input */
+
+    /* receive side */
+    NbdRecvState rstate;
+    uint8_t *rbuf;          /* NBDSRV_RBUF_SIZE, allocated on first read */
+    size_t rpos, rlen;      /* unparsed input is rbuf[rpos, rlen) */
+    uint64_t skip_left;
+    NbdSkipThen skip_then;
+    NbdRequest *payload_req;    /* WRITE receiving its payload */
+    bool paused;            /* stopped parsing at a limit */
+    bool wait_global;       /* ... the server-wide byte limit */
+    bool finishing;         /* close once in flight == 0 and output sent */
+
+    /* negotiation */
+    bool transmission;      /* handshake done */
+    bool no_zeroes;
+    bool structured;
+    bool meta_base_alloc;   /* base:allocation selected */
+    bool check_align;       /* the client agreed to our block sizes */
+    uint32_t opt;
+    uint32_t opt_len;
+    uint8_t *opt_data;
+    uint32_t opt_got;
+    gint64 connected_us;
+
+    /* transmission */
+    unsigned in_flight;     /* requests holding a reference */
+    uint64_t held;          /* request buffers + unsent output bytes */
+
+    /* send side */
+    GQueue out;             /* NbdOut */
+    uint64_t out_bytes;
+    gint64 out_since_us;    /* last progress while output was pending */
+};
+
+struct NbdServer {
+    BlockDriverState *bs;
+    GMainContext *ctx;
+    char *export_name;
+    char *description;
+    bool read_only;
+    uint64_t size;
+    uint32_t min_block, pref_block, max_block;
+
+    int listen_fd;
+    GSource *listen_src;
+    GSource *accept_retry_src;  /* accept paused after EMFILE */
+    GSource *tick_src;
+    GSource *final_src;
+    char *unix_path;        /* socket file we created, or NULL */
+    dev_t unix_dev;
+    ino_t unix_ino;
+    int port;               /* TCP port, or -1 */
+
+    GQueue clients;         /* every NbdClient still allocated */
+    unsigned live_clients;  /* ... with an open socket */
+    uint64_t in_flight;
+    uint64_t held;
+    unsigned global_waiters;
+    bool shutting_down;
+    bool freed;
+    int64_t handshake_timeout_ms;
+    int64_t stall_timeout_ms;
+    NbdServerStats stats;
+};
+
+/* ---- export-nbd.c: connections ---- */
+
+void nbdsrv_client_ref(NbdClient *c);
+void nbdsrv_client_unref(NbdClient *c);
+
+/* Drop the connection now (hard disconnect); @protocol_error counts it. */
+void nbdsrv_client_close(NbdClient *c, bool protocol_error);
+
+/*
+ * Queue @hdr_len bytes of @hdr (copied) followed by @data_len bytes of
+ * @data (owned from now on, freed with @free_data) for sending.  A closed
+ * client frees @data at once.
+ */
+void nbdsrv_client_queue(NbdClient *c, const void *hdr, size_t hdr_len,
+                         void *data, size_t data_len,
+                         GDestroyNotify free_data);
+
+/*
+ * Take @bytes of the connection and server buffer budget for a new
+ * request.  Returns false when a limit is reached: the client is paused
+ * and resumed when budget frees up.
+ */
+bool nbdsrv_client_reserve(NbdClient *c, uint64_t bytes);
+
+/* Give back budget taken by nbdsrv_client_reserve(). */
+void nbdsrv_client_release(NbdClient *c, uint64_t bytes);
+
+/* Close once nothing is in flight and all output is sent (DISC, ABORT,
+ * a fatal error reply); nothing more is read. */
+void nbdsrv_client_finish(NbdClient *c);
+
+/* Re-evaluate the fd watches after a state change. */
+void nbdsrv_client_update(NbdClient *c);
+
+/* A request starts (takes a client reference) / ends (drops it). */
+NbdRequest *nbdsrv_req_new(NbdClient *c, const NbdRequestHeader *h);
+void nbdsrv_req_free(NbdRequest *req);
+
+/* ---- export-nbd-opts.c: handshake ---- */
+
+/* Queue the greeting (NBDMAGIC, IHAVEOPT, handshake flags). */
+void nbdsrv_opts_greet(NbdClient *c);
+/* The client flags arrived. */
+void nbdsrv_opts_client_flags(NbdClient *c, uint32_t flags);
+/* An option header arrived: set up receiving (or skipping) its data. */
+void nbdsrv_opts_header(NbdClient *c, uint64_t magic, uint32_t opt,
+                        uint32_t len);
+/* The option's data is in c->opt_data (or was skipped: @too_big). */
+void nbdsrv_opts_handle(NbdClient *c, bool too_big);
+
+/* ---- export-nbd-cmd.c: transmission ---- */
+
+/*
+ * A request header is at the front of the input.  Returns false, leaving
+ * it there, when the client had to pause for budget; otherwise the header
+ * is handled (the caller consumes it).
+ */
+bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h);
+/* The WRITE payload of c->payload_req is complete. */
+void nbdsrv_cmd_payload_done(NbdClient *c);
+/* Transmission flags for @c. */
+uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c);
+
+/* ---- byte order helpers ---- */
+
+static inline void nbdsrv_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = v >> 8;
+    p[1] = v;
+}
+
+static inline void nbdsrv_put32(uint8_t *p, uint32_t v)
+{
+    nbdsrv_put16(p, v >> 16);
+    nbdsrv_put16(p + 2, v);
+}
+
+static inline void nbdsrv_put64(uint8_t *p, uint64_t v)
+{
+    nbdsrv_put32(p, v >> 32);
+    nbdsrv_put32(p + 4, v);
+}
+
+static inline uint16_t nbdsrv_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static inline uint32_t nbdsrv_get32(const uint8_t *p)
+{
+    return (uint32_t)nbdsrv_get16(p) << 16 | nbdsrv_get16(p + 2);
+}
+
+static inline uint64_t nbdsrv_get64(const uint8_t *p)
+{
+    return (uint64_t)nbdsrv_get32(p) << 32 | nbdsrv_get32(p + 4);
+}
+
+#endif /* BLOCK_EXPORT_NBD_INT_H */

@@ -1,0 +1,138 @@
+/*
+ * NBD server exporting one block node (guest I/O enters the block layer
+ * here).
+ *
+ * The server speaks the fixed newstyle protocol of the NBD project's
+ * doc/proto.md: NBD_OPT_EXPORT_NAME, ABORT, LIST, INFO, GO (export, name,
+ * description and block size information), STRUCTURED_REPLY and the
+ * base:allocation meta context; READ, WRITE (with FUA), FLUSH, TRIM,
+ * WRITE_ZEROES (NO_HOLE, FAST_ZERO), BLOCK_STATUS (REQ_ONE) and DISC.  It
+ * runs entirely on the thread-default main context of the caller of
+ * nbdsrv_new(): non-blocking sockets, one fd watch per direction, requests
+ * through block/io.c, no threads.  A misbehaving client only ever loses its
+ * own connection.
+ *
+ * Limits (per connection unless said otherwise): 64 requests in flight;
+ * 64 MiB of request buffers plus unsent replies; 1 GiB of those over all
+ * connections; 1024 connections; reads and writes of at most 32 MiB.  At a
+ * limit the server stops reading from that socket until replies are sent
+ * and requests complete.  A client that leaves replies unread for the stall
+ * timeout (30 s) or has not finished the handshake after the handshake
+ * timeout (10 s) is disconnected.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_EXPORT_NBD_H
+#define BLOCK_EXPORT_NBD_H
+
+#include "block/block.h"
+
+/* Largest READ or WRITE payload accepted (the advertised maximum block
+ * size). */
+#define NBDSRV_MAX_PAYLOAD          (32 * 1024 * 1024)
+
+/* Requests one connection may have in flight before the server stops
+ * reading from it. */
+#define NBDSRV_MAX_CLIENT_REQUESTS  64
+
+typedef struct NbdServer NbdServer;
+
+/* Counters since nbdsrv_new(), for tests and diagnostics. */
+typedef struct NbdServerStats {
+    uint64_t accepted;          /* connections accepted */
+    uint64_t refused;           /* closed at once: too many connections */
+    uint64_t protocol_errors;   /* connections dropped for breaking the
+                                 * protocol (bad magic, flags, framing) */
+    uint64_t timeouts;          /* dropped by the handshake or stall
+                                 * timeout */
+    uint64_t requests;          /* transmission requests received */
+    uint64_t errors;            /* ... answered with an error */
+    uint64_t max_client_in_flight;  /* most requests one connection had in
+                                     * flight at once */
+    uint64_t max_held_bytes;    /* most bytes of request buffers and unsent
+                                 * replies held at once, all connections */
+} NbdServerStats;
+
+/*
+ * Start serving @bs on @addr, which is "unix:PATH" or "tcp:HOST:PORT"
+ * (HOST a name or a numeric address such as 127.0.0.1, ::1, [::1] or
+ * 0.0.0.0; PORT 0 picks a free port, see nbdsrv_get_port()).  A UNIX
+ * socket left behind by a dead server is replaced; a live one, or any
+ * other file at PATH, is an error.
+ *
+ * @export_name (NULL means "") is the name clients ask for; the empty name
+ * (the default export) always selects this export too.  With @read_only
+ * the export refuses writes (EPERM) and says so; otherwise @bs must be
+ * writable.
+ *
+ * Takes a reference on @bs.  Control path: may block (name resolution).
+ * Returns NULL with @errp set on failure.
+ */
+NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
+                      const char *export_name, bool read_only,
+                      GError **errp);
+
+/*
+ * Stop listening (a UNIX socket file is removed) and drop every
+ * connection at once.  Requests already submitted to @bs keep running:
+ * their completions arrive later and only release memory, and the last one
+ * drops the reference on @bs from an idle callback on the main context.
+ * When nothing is in flight (see nbdsrv_is_drained()) everything, the
+ * reference on @bs included, is released before this returns.  NULL is
+ * ignored.
+ */
+void nbdsrv_free(NbdServer *srv);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(NbdServer, nbdsrv_free)
+
+/*
+ * Graceful stop: stop listening (removing a UNIX socket file), close
+ * connections still negotiating, and let every connection in transmission
+ * finish the requests it sent (no new ones are read) and receive their
+ * replies; then it is closed.  Run the main loop until nbdsrv_is_drained(),
+ * with a deadline of your choice, then call nbdsrv_disconnect_all() or
+ * nbdsrv_free().  Idempotent.
+ */
+void nbdsrv_shutdown(NbdServer *srv);
+
+/*
+ * Drop every connection now, without waiting for replies.  Requests in
+ * flight still complete later (see nbdsrv_free()).  The server keeps
+ * listening unless nbdsrv_shutdown() was called.
+ */
+void nbdsrv_disconnect_all(NbdServer *srv);
+
+/* True when no connection is open and no request is in flight. */
+bool nbdsrv_is_drained(NbdServer *srv);
+
+/* The TCP port the server listens on (useful with PORT 0), or -1 for a
+ * UNIX socket. */
+int nbdsrv_get_port(NbdServer *srv);
+
+/* Open connections (negotiating or in transmission). */
+unsigned nbdsrv_get_client_count(NbdServer *srv);
+
+/* Requests received and not yet completed by the block layer, including
+ * those of connections already closed. */
+uint64_t nbdsrv_get_in_flight(NbdServer *srv);
+
+/* Bytes of request buffers and unsent replies held now. */
+uint64_t nbdsrv_get_held_bytes(NbdServer *srv);
+
+void nbdsrv_get_stats(NbdServer *srv, NbdServerStats *stats);
+
+/*
+ * Change the handshake timeout (a connection must reach transmission
+ * within it) and the stall timeout (a connection whose unsent replies make
+ * no progress for that long is dropped), in milliseconds; 0 disables one.
+ * Defaults: 10000 and 30000.
+ */
+void nbdsrv_set_timeouts(NbdServer *srv, int64_t handshake_ms,
+                         int64_t stall_ms);
+
+/* The NBD_INFO_DESCRIPTION text (default "qemu-mirror export (FORMAT)").
+ * At most 4096 bytes of UTF-8; returns false otherwise. */
+bool nbdsrv_set_description(NbdServer *srv, const char *description);
+
+#endif /* BLOCK_EXPORT_NBD_H */

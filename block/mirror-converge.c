@@ -1,0 +1,102 @@
+/*
+ * Auto-converge: in background mode a guest that writes faster than the
+ * job copies keeps the job from ever reaching READY (QEMU's users asked
+ * for a way out).  Twice a second the job compares how fast bytes get
+ * dirtied with how fast it cleans them; when writers have stayed ahead
+ * for auto-converge-ms, or the copy has wrapped around the disk
+ * auto-converge-passes times and still has work, the job switches itself
+ * to write-blocking (guest writes are then mirrored synchronously, so the
+ * dirty set can only shrink) and says so with a MIRROR_COPY_MODE_CHANGED
+ * event.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror-int.h"
+
+#define MIRROR_CONVERGE_CHECK_NS        (500 * 1000 * 1000LL)
+#define MIRROR_CONVERGE_DEFAULT_MS      5000
+
+static void mirror_converge_switch(MirrorJob *s, const char *reason)
+{
+    JobEvent ev = { .type = JOB_EVENT_COPY_MODE, .reason = reason };
+    g_autoptr(GError) err = NULL;
+
+    if (!mirror_change_copy_mode(&s->common, MIRROR_COPY_MODE_WRITE_BLOCKING,
+                                 &err)) {
+        g_debug("auto-converge: %s", err->message);
+        return;
+    }
+    g_debug("auto-converge: write-blocking now (%s)", reason);
+    job_emit(&s->common, &ev);
+}
+
+static gboolean mirror_converge_check(gpointer opaque)
+{
+    MirrorJob *s = opaque;
+    int64_t now = clock_ns();
+    double dirty_rate = dirty_bitmap_rate(s->dirty, now);
+    double copy_rate = rate_meter_get(&s->copy_rate, now);
+    bool work_left = dirty_bitmap_count(s->dirty) > 0;
+
+    if (!s->auto_converge ||
+        s->copy_mode != MIRROR_COPY_MODE_BACKGROUND || s->finished) {
+        s->behind_since_ns = 0;
+        return G_SOURCE_CONTINUE;
+    }
+    if (work_left && s->auto_converge_passes &&
+        s->passes >= s->auto_converge_passes) {
+        mirror_converge_switch(s, "passes");
+        return G_SOURCE_CONTINUE;
+    }
+    if (!work_left || dirty_rate < copy_rate) {
+        s->behind_since_ns = 0;
+    } else if (!s->behind_since_ns) {
+        s->behind_since_ns = now;
+    } else if (now - s->behind_since_ns >= s->auto_converge_ms * 1000000) {
+        mirror_converge_switch(s, "dirty-rate");
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+void mirror_converge_start(MirrorJob *s)
+{
+    if (!s->auto_converge_ms) {
+        s->auto_converge_ms = MIRROR_CONVERGE_DEFAULT_MS;
+    }
+    if (!s->converge_timer) {
+        s->converge_timer = g_timeout_source_new(
+            MIRROR_CONVERGE_CHECK_NS / 1000000);
+        g_source_set_callback(s->converge_timer, mirror_converge_check, s,
+                              NULL);
+        g_source_attach(s->converge_timer,
+                        g_main_context_get_thread_default());
+    }
+}
+
+void mirror_converge_stop(MirrorJob *s)
+{
+    if (s->converge_timer) {
+        g_source_destroy(s->converge_timer);
+        g_source_unref(s->converge_timer);
+        s->converge_timer = NULL;
+    }
+}
+
+void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
+                              int64_t passes)
+{
+    MirrorJob *s = container_of(job, MirrorJob, common);
+
+    if (on >= 0) {
+        s->auto_converge = on;
+    }
+    if (after_ms >= 0) {
+        s->auto_converge_ms = after_ms ? after_ms
+                                       : MIRROR_CONVERGE_DEFAULT_MS;
+    }
+    if (passes >= 0) {
+        s->auto_converge_passes = passes;
+    }
+    s->behind_since_ns = 0;
+}

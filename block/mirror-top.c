@@ -1,0 +1,319 @@
+/*
+ * mirror-top: the filter node guests use while a mirror job runs.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/block-int.h"
+#include "block/mirror.h"
+#include "block/mirror-top.h"
+
+#include <errno.h>
+
+typedef enum TopOp {
+    TOP_READ,
+    TOP_WRITE,
+    TOP_ZERO,
+    TOP_DISCARD,
+    TOP_FLUSH,
+    TOP_STATUS,
+} TopOp;
+
+typedef struct TopState {
+    BlockDriverState *child;
+    Job *job;                   /* write-blocking mirror, or NULL */
+    uint64_t in_flight;
+    int drain_count;
+    GQueue held;                /* TopRequest waiting for the drain end */
+    void (*drained_cb)(void *opaque);
+    void *drained_opaque;
+    GSource *drained_source;
+} TopState;
+
+/* One guest request: held while drained, then in flight. */
+typedef struct TopRequest {
+    BlockDriverState *top;
+    TopOp op;
+    int64_t offset;
+    int64_t bytes;
+    void *buf;
+    BdrvRequestFlags flags;
+    GArray *extents;
+    BlockCompletionFunc *cb;
+    void *opaque;
+} TopRequest;
+
+static void top_check_drained(TopState *s);
+
+static gboolean top_drained_cb(gpointer opaque)
+{
+    TopState *s = opaque;
+    void (*cb)(void *) = s->drained_cb;
+
+    g_source_unref(s->drained_source);
+    s->drained_source = NULL;
+    if (cb && s->drain_count && !s->in_flight) {
+        s->drained_cb = NULL;
+        cb(s->drained_opaque);
+    }
+    return G_SOURCE_REMOVE;
+}
+
+static void top_check_drained(TopState *s)
+{
+    if (s->drained_cb && s->drain_count && !s->in_flight &&
+        !s->drained_source) {
+        s->drained_source = bdrv_timer_new(0, top_drained_cb, s);
+    }
+}
+
+static void top_request_done(void *opaque, int ret)
+{
+    TopRequest *r = opaque;
+    TopState *s = r->top->opaque;
+    BlockCompletionFunc *cb = r->cb;
+    void *cb_opaque = r->opaque;
+
+    s->in_flight--;
+    g_free(r);
+    top_check_drained(s);
+    cb(cb_opaque, ret);
+}
+
+static void top_dispatch(TopRequest *r)
+{
+    TopState *s = r->top->opaque;
+    BlockDriverState *child = s->child;
+    bool active = s->job && mirror_is_write_blocking(s->job);
+
+    s->in_flight++;
+    switch (r->op) {
+    case TOP_READ:
+        bdrv_aio_pread(child, r->offset, r->bytes, r->buf, r->flags,
+                       top_request_done, r);
+        break;
+    case TOP_WRITE:
+        if (active) {
+            mirror_active_write(s->job, MIRROR_WRITE_DATA, r->offset,
+                                r->bytes, r->buf, r->flags,
+                                top_request_done, r);
+        } else {
+            bdrv_aio_pwrite(child, r->offset, r->bytes, r->buf, r->flags,
+                            top_request_done, r);
+        }
+        break;
+    case TOP_ZERO:
+        if (active) {
+            mirror_active_write(s->job, MIRROR_WRITE_ZERO, r->offset,
+                                r->bytes, NULL, r->flags, top_request_done,
+                                r);
+        } else {
+            bdrv_aio_pwrite_zeroes(child, r->offset, r->bytes, r->flags,
+                                   top_request_done, r);
+        }
+        break;
+    case TOP_DISCARD:
+        if (active) {
+            mirror_active_write(s->job, MIRROR_WRITE_DISCARD, r->offset,
+                                r->bytes, NULL, 0, top_request_done, r);
+        } else {
+            bdrv_aio_pdiscard(child, r->offset, r->bytes, top_request_done,
+                              r);
+        }
+        break;
+    case TOP_FLUSH:
+        /* Guests flush the source; the job flushes the target itself. */
+        bdrv_aio_flush(child, top_request_done, r);
+        break;
+    case TOP_STATUS:
+        bdrv_aio_block_status(child, r->offset, r->bytes, r->extents,
+                              top_request_done, r);
+        break;
+    }
+}
+
+static void top_submit(BlockDriverState *top, TopOp op, int64_t offset,
+                       int64_t bytes, void *buf, BdrvRequestFlags flags,
+                       GArray *extents, BlockCompletionFunc *cb,
+                       void *opaque)
+{
+    TopState *s = top->opaque;
+    TopRequest *r = g_new(TopRequest, 1);
+
+    *r = (TopRequest) {
+        .top = top, .op = op, .offset = offset, .bytes = bytes, .buf = buf,
+        .flags = flags, .extents = extents, .cb = cb, .opaque = opaque,
+    };
+    if (s->drain_count) {
+        g_queue_push_tail(&s->held, r);
+        return;
+    }
+    top_dispatch(r);
+}
+
+/* ---- driver members ---- */
+
+static bool top_init(BlockDriverState *bs, void *data, GError **errp)
+{
+    TopState *s = bs->opaque;
+
+    s->child = bdrv_ref(data);
+    g_queue_init(&s->held);
+    return true;
+}
+
+static void top_close(BlockDriverState *bs)
+{
+    TopState *s = bs->opaque;
+
+    g_assert(!s->in_flight && g_queue_is_empty(&s->held));
+    if (s->drained_source) {
+        g_source_destroy(s->drained_source);
+        g_source_unref(s->drained_source);
+    }
+    bdrv_unref(s->child);
+}
+
+static int64_t top_get_length(BlockDriverState *bs)
+{
+    TopState *s = bs->opaque;
+
+    return bdrv_getlength(s->child);
+}
+
+static void top_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
+{
+    /* The child's io.c pads and splits: no constraint here. */
+}
+
+static bool top_get_info(BlockDriverState *bs, BlockImageInfo *info,
+                         GError **errp)
+{
+    TopState *s = bs->opaque;
+
+    return bdrv_get_info(s->child, info, errp);
+}
+
+static void top_aio_preadv(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, void *buf, BdrvRequestFlags flags,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    top_submit(bs, TOP_READ, offset, bytes, buf, flags, NULL, cb, opaque);
+}
+
+static void top_aio_pwritev(BlockDriverState *bs, int64_t offset,
+                            int64_t bytes, const void *buf,
+                            BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                            void *opaque)
+{
+    top_submit(bs, TOP_WRITE, offset, bytes, (void *)buf, flags, NULL, cb,
+               opaque);
+}
+
+static void top_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                                  int64_t bytes, BdrvRequestFlags flags,
+                                  BlockCompletionFunc *cb, void *opaque)
+{
+    top_submit(bs, TOP_ZERO, offset, bytes, NULL, flags, NULL, cb, opaque);
+}
+
+static void top_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, BlockCompletionFunc *cb,
+                             void *opaque)
+{
+    top_submit(bs, TOP_DISCARD, offset, bytes, NULL, 0, NULL, cb, opaque);
+}
+
+static void top_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                          void *opaque)
+{
+    top_submit(bs, TOP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
+}
+
+static void top_aio_block_status(BlockDriverState *bs, int64_t offset,
+                                 int64_t bytes, GArray *extents,
+                                 BlockCompletionFunc *cb, void *opaque)
+{
+    top_submit(bs, TOP_STATUS, offset, bytes, NULL, 0, extents, cb, opaque);
+}
+
+static const BlockDriver bdrv_mirror_top = {
+    .format_name        = "mirror-top",
+    .instance_size      = sizeof(TopState),
+    .close              = top_close,
+    .get_length         = top_get_length,
+    .refresh_limits     = top_refresh_limits,
+    .get_info           = top_get_info,
+    .aio_preadv         = top_aio_preadv,
+    .aio_pwritev        = top_aio_pwritev,
+    .aio_pwrite_zeroes  = top_aio_pwrite_zeroes,
+    .aio_pdiscard       = top_aio_pdiscard,
+    .aio_flush          = top_aio_flush,
+    .aio_block_status   = top_aio_block_status,
+};
+
+/* ---- the job's side ---- */
+
+BlockDriverState *mirror_top_new(BlockDriverState *child, GError **errp)
+{
+    return bdrv_new_internal(&bdrv_mirror_top, bdrv_get_filename(child),
+                             bdrv_is_writable(child) ? BDRV_O_RDWR : 0,
+                             top_init, child, errp);
+}
+
+BlockDriverState *mirror_top_child(BlockDriverState *top)
+{
+    TopState *s = top->opaque;
+
+    return s->child;
+}
+
+void mirror_top_set_job(BlockDriverState *top, Job *job)
+{
+    TopState *s = top->opaque;
+
+    s->job = job;
+}
+
+void mirror_top_drain_begin(BlockDriverState *top, void (*cb)(void *opaque),
+                            void *opaque)
+{
+    TopState *s = top->opaque;
+
+    s->drain_count++;
+    s->drained_cb = cb;
+    s->drained_opaque = opaque;
+    top_check_drained(s);
+}
+
+void mirror_top_drain_end(BlockDriverState *top)
+{
+    TopState *s = top->opaque;
+    TopRequest *r;
+
+    g_assert(s->drain_count > 0);
+    if (--s->drain_count) {
+        return;
+    }
+    s->drained_cb = NULL;
+    while ((r = g_queue_pop_head(&s->held))) {
+        top_dispatch(r);
+    }
+}
+
+void mirror_top_set_child(BlockDriverState *top, BlockDriverState *child)
+{
+    TopState *s = top->opaque;
+    BlockDriverState *old = s->child;
+
+    g_assert(s->drain_count && !s->in_flight);
+    s->child = bdrv_ref(child);
+    bdrv_unref(old);
+}
+
+uint64_t mirror_top_in_flight(BlockDriverState *top)
+{
+    TopState *s = top->opaque;
+
+    return s->in_flight;
+}

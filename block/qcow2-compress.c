@@ -1,0 +1,263 @@
+/*
+ * qcow2-lite compressed clusters (zlib, raw deflate with a 4 KiB window,
+ * as QEMU writes them): reading, and compressed writes for
+ * `convert -c`.
+ *
+ * Compression runs on the thread-pool worker that carries the request,
+ * with the lock dropped, so that the requests in flight compress on as
+ * many cores as the pool has threads.  Only the byte allocation and the L2
+ * update take the lock.  Chunks are packed back to back; a chunk spills
+ * into the next host cluster only when that one is free, and every host
+ * cluster a chunk touches gets one reference for it.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/qcow2-int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define QCOW2_ZLIB_WINDOW_BITS  (-12)
+#define QCOW2_ZLIB_MEM_LEVEL    9
+#define QCOW2_ZLIB_LEVEL        Z_DEFAULT_COMPRESSION
+
+void qcow2_compressed_range(const BDRVQcow2State *s, uint64_t entry,
+                            int64_t *offset, int64_t *length)
+{
+    int x = 62 - (s->cluster_bits - 8);
+    uint64_t sectors = ((entry >> x) &
+                        ((UINT64_C(1) << (s->cluster_bits - 8)) - 1)) + 1;
+
+    *offset = entry & ((UINT64_C(1) << x) - 1);
+    *length = sectors * 512 - (*offset & 511);
+}
+
+/* Inflate @in (@in_len bytes) into exactly @out_len bytes. */
+static int qcow2_inflate(const uint8_t *in, int64_t in_len, uint8_t *out,
+                         int64_t out_len)
+{
+    z_stream z = { 0 };
+    int ret;
+
+    if (inflateInit2(&z, QCOW2_ZLIB_WINDOW_BITS) != Z_OK) {
+        return -ENOMEM;
+    }
+    z.next_in = (Bytef *)in;
+    z.avail_in = in_len;
+    z.next_out = out;
+    z.avail_out = out_len;
+    ret = inflate(&z, Z_FINISH);
+    inflateEnd(&z);
+    /* Trailing input is allowed; the output must be a whole cluster. */
+    if ((ret == Z_STREAM_END || ret == Z_BUF_ERROR) && z.avail_out == 0) {
+        return 0;
+    }
+    return -EIO;
+}
+
+int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
+{
+    int64_t off, len, end;
+    g_autofree uint8_t *in = NULL;
+    int64_t n = 0;
+
+    qcow2_compressed_range(s, entry, &off, &len);
+    g_mutex_lock(&s->lock);
+    end = qcow2_file_end(s);
+    g_mutex_unlock(&s->lock);
+    /* Never inside the header, never past the end of the file. */
+    if (off < s->cluster_size || off >= end ||
+        (uint64_t)off > L2E_OFFSET_MASK) {
+        return -EIO;
+    }
+    len = MIN(len, end - off);      /* a short last chunk is fine */
+    in = g_malloc(len);
+    while (n < len) {
+        ssize_t r = pread(s->fd, in + n, len - n, off + n);
+
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            return -errno;
+        }
+        if (r == 0) {
+            break;
+        }
+        n += r;
+    }
+    return qcow2_inflate(in, n, out, s->cluster_size);
+}
+
+/* One z_stream per worker thread, reset between clusters. */
+static void qcow2_deflate_free(gpointer p)
+{
+    z_stream *z = p;
+
+    deflateEnd(z);
+    g_free(z);
+}
+
+static GPrivate qcow2_deflate_key = G_PRIVATE_INIT(qcow2_deflate_free);
+
+/*
+ * Compress one cluster (@in, @cs bytes) into @out (@cs - 1 bytes).
+ * Returns the compressed size, 0 when it does not shrink, or -errno.
+ */
+static int64_t qcow2_deflate(const uint8_t *in, int64_t cs, uint8_t *out)
+{
+    z_stream *z = g_private_get(&qcow2_deflate_key);
+    int ret;
+
+    if (!z) {
+        z = g_new0(z_stream, 1);
+        if (deflateInit2(z, QCOW2_ZLIB_LEVEL, Z_DEFLATED,
+                         QCOW2_ZLIB_WINDOW_BITS, QCOW2_ZLIB_MEM_LEVEL,
+                         Z_DEFAULT_STRATEGY) != Z_OK) {
+            g_free(z);
+            return -ENOMEM;
+        }
+        g_private_set(&qcow2_deflate_key, z);
+    } else if (deflateReset(z) != Z_OK) {
+        return -EIO;
+    }
+    z->next_in = (Bytef *)in;
+    z->avail_in = cs;
+    z->next_out = out;
+    z->avail_out = cs - 1;
+    ret = deflate(z, Z_FINISH);
+    if (ret != Z_STREAM_END) {
+        return 0;       /* did not fit in cs - 1 bytes */
+    }
+    return cs - 1 - z->avail_out;
+}
+
+/*
+ * Store @clen bytes of compressed data for the guest cluster at @guest,
+ * whose allocation record the caller holds.
+ */
+static int qcow2_store_compressed(BDRVQcow2State *s, int64_t guest,
+                                  const uint8_t *data, int64_t clen)
+{
+    int x = 62 - (s->cluster_bits - 8);
+    int64_t host;
+    uint64_t entry;
+    int ret;
+
+    g_mutex_lock(&s->lock);
+    ret = s->corrupt ? -EIO : qcow2_l2_prepare(s, guest);
+    if (ret == 0) {
+        ret = qcow2_alloc_bytes(s, clen, &host);
+    }
+    if (ret == 0) {
+        ret = qcow2_check_overlap(s, host, clen, "compressed data");
+        if (ret < 0) {
+            qcow2_update_refcount(s, host, clen, -1);
+        }
+    }
+    g_mutex_unlock(&s->lock);
+    if (ret < 0) {
+        return ret;
+    }
+
+    ret = qcow2_pwrite(s, host, data, clen);
+
+    g_mutex_lock(&s->lock);
+    if (ret == 0) {
+        uint64_t extra = (host + clen - 1) / 512 - host / 512;
+
+        entry = QCOW_OFLAG_COMPRESSED | (extra << x) | (uint64_t)host;
+        ret = qcow2_l2_set(s, guest, 1, &entry);
+        s->need_sync = true;
+    }
+    if (ret < 0) {
+        qcow2_update_refcount(s, host, clen, -1);
+    }
+    g_mutex_unlock(&s->lock);
+    return ret;
+}
+
+/*
+ * One guest cluster at @guest: compressed when it is unallocated and
+ * shrinks, else written normally.  @bytes < cs for the last data of an
+ * image: the rest of the cluster must read as zero already (no backing
+ * data there), since it is stored as zeroes.
+ */
+static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
+                                      int64_t bytes, const uint8_t *buf,
+                                      uint8_t *padded, uint8_t *out)
+{
+    int64_t cs = s->cluster_size;
+    Qcow2AllocRecord rec;
+    uint64_t entry;
+    int64_t n, clen;
+    int ret;
+
+    g_mutex_lock(&s->lock);
+    if (s->corrupt) {
+        g_mutex_unlock(&s->lock);
+        return -EIO;
+    }
+    qcow2_wait_allocs(s, guest, cs);
+    ret = qcow2_l2_lookup(s, guest, 1, &entry, &n);
+    if (ret < 0 || qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
+        (bytes < cs && s->backing && guest + bytes < s->backing->size)) {
+        g_mutex_unlock(&s->lock);
+        return ret < 0 ? ret : qcow2_do_write(s, guest, bytes, buf, 0);
+    }
+    qcow2_alloc_record_add(s, &rec, guest, guest + cs);
+    g_mutex_unlock(&s->lock);
+
+    if (bytes < cs) {
+        memcpy(padded, buf, bytes);
+        memset(padded + bytes, 0, cs - bytes);
+        buf = padded;
+    }
+    clen = qcow2_deflate(buf, cs, out);
+    ret = clen < 0 ? clen : 0;
+    if (clen > 0) {
+        ret = qcow2_store_compressed(s, guest, out, clen);
+    }
+
+    g_mutex_lock(&s->lock);
+    qcow2_alloc_record_remove(s, &rec);
+    g_mutex_unlock(&s->lock);
+    if (ret == 0 && clen == 0) {
+        /* Incompressible: a normal cluster. */
+        ret = qcow2_do_write(s, guest, bytes, buf, 0);
+    }
+    return ret;
+}
+
+int qcow2_do_write_compressed(BDRVQcow2State *s, int64_t offset,
+                              int64_t bytes, const uint8_t *buf)
+{
+    int64_t cs = s->cluster_size;
+    g_autofree uint8_t *padded = g_malloc(cs);
+    g_autofree uint8_t *out = g_malloc(cs);
+
+    while (bytes > 0) {
+        int64_t in = qcow2_offset_in_cluster(s, offset);
+        int64_t len = MIN(bytes, cs - in);
+        int ret;
+
+        if (in || (len < cs && len < bytes)) {
+            /* Not a whole cluster, nor the end of the data. */
+            ret = qcow2_do_write(s, offset, len, buf, 0);
+        } else {
+            ret = qcow2_write_one_compressed(s, offset, len, buf, padded,
+                                             out);
+        }
+
+        if (ret < 0) {
+            return ret;
+        }
+        offset += len;
+        bytes -= len;
+        buf += len;
+    }
+    return 0;
+}

@@ -1,0 +1,583 @@
+/*
+ * qcow2-lite: the driver table, open and close, probing, info, and the
+ * asynchronous members, which run each request whole on a worker of the
+ * shared thread pool (see block/qcow2-int.h for the locking).
+ *
+ * Why the driver does its own file I/O instead of stacking on a raw node:
+ * a write is a sequence (allocate and count, write data and copy-on-write,
+ * sync, update L2) with a lock held over its metadata steps; as blocking
+ * code on a worker it stays a straight line, metadata I/O never touches
+ * the main loop, the backing chain is read in the same worker, and
+ * compression runs on as many cores as requests are in flight.  On a raw
+ * node each step would be a callback on the main loop and compression
+ * would need a second hop to the pool anyway.
+ *
+ * The supported subset, the refusals and the write ordering are in
+ * docs/qcow2-lite.md.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/qcow2-int.h"
+#include "block/qcow2.h"
+#include "block/thread-pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Metadata cache sizes (bytes of tables) */
+#define QCOW2_L2_CACHE_BYTES        (8 * MiB)
+#define QCOW2_RB_CACHE_BYTES        (2 * MiB)
+#define QCOW2_BACKING_L2_CACHE      (2 * MiB)
+
+#define QCOW2_MAX_TRANSFER          (64 * MiB)
+#define QCOW2_MAX_ZERO              (256 * MiB)
+
+/* ---- Opening one layer ---- */
+
+int qcow2_signal_corruption(BDRVQcow2State *s, const char *fmt, ...)
+{
+    va_list ap;
+    char *msg;
+    uint8_t buf[8];
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_debug("qcow2 '%s' is corrupt: %s", s->filename, msg);
+    if (!s->writable || s->corrupt) {
+        g_free(msg);
+        return -EIO;
+    }
+    s->corrupt = true;
+    s->corrupt_reason = msg;
+    s->header.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
+    qcow2_put_be64(buf, s->header.incompatible_features);
+    if (qcow2_pwrite(s, QCOW2_HDR_INCOMPAT, buf, 8) == 0) {
+        qcow2_sync(s);
+    }
+    return -EIO;
+}
+
+/* Read @n big-endian entries at @offset into a host-order table. */
+static uint64_t *qcow2_read_table(BDRVQcow2State *s, int64_t offset,
+                                  int64_t n, GError **errp)
+{
+    g_autofree uint64_t *t = g_new(uint64_t, MAX(n, 1));
+    int ret = qcow2_pread(s, offset, t, n * 8);
+
+    if (ret < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not read the table at 0x%" PRIx64 ": %s", offset,
+                    g_strerror(-ret));
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        t[i] = GUINT64_FROM_BE(t[i]);
+    }
+    return g_steal_pointer(&t);
+}
+
+/* Open the file itself; refuse what is not a regular file or loops. */
+static bool qcow2_open_file(BDRVQcow2State *s, GHashTable *chain,
+                            GError **errp)
+{
+    struct stat st;
+    char *key;
+
+    s->fd = open(s->filename, (s->writable ? O_RDWR : O_RDONLY) |
+                 O_CLOEXEC | O_NONBLOCK);
+    if (s->fd < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                    g_strerror(errno));
+        return false;
+    }
+    if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "a qcow2 image must be a regular file");
+        return false;
+    }
+    key = g_strdup_printf("%ju:%ju", (uintmax_t)st.st_dev,
+                          (uintmax_t)st.st_ino);
+    if (g_hash_table_contains(chain, key)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "the image is its own backing file (a loop)");
+        g_free(key);
+        return false;
+    }
+    g_hash_table_add(chain, key);
+    s->file_size = st.st_size;
+    return true;
+}
+
+/* Read and check the header. */
+static bool qcow2_load_header(BDRVQcow2State *s, GError **errp)
+{
+    int64_t want = MIN(s->file_size, INT64_C(1) << QCOW2_MAX_CLUSTER_BITS);
+    g_autofree uint8_t *buf = g_malloc(MAX(want, 1));
+    int64_t len = want;
+    int ret = qcow2_pread(s, 0, buf, want);
+
+    if (ret < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not read the header: %s", g_strerror(-ret));
+        return false;
+    }
+    if (len >= 24) {
+        uint32_t cb = qcow2_be32(buf + 20);
+
+        if (cb >= QCOW2_MIN_CLUSTER_BITS && cb <= QCOW2_MAX_CLUSTER_BITS) {
+            len = MIN(len, INT64_C(1) << cb);
+        }
+    }
+    return qcow2_header_parse(buf, len, &s->header, errp) &&
+           qcow2_header_check_layout(&s->header, s->file_size, errp);
+}
+
+/* Geometry, tables, metadata map, caches. */
+static bool qcow2_load_tables(BDRVQcow2State *s, GError **errp)
+{
+    Qcow2Header *h = &s->header;
+    int64_t l1_sectors;
+
+    s->cluster_bits = h->cluster_bits;
+    s->cluster_size = INT64_C(1) << h->cluster_bits;
+    s->l2_bits = h->cluster_bits - 3;
+    s->size = h->size / 512 * 512;
+    s->refblock_bits = h->cluster_bits + 3 - h->refcount_order;
+
+    s->l1_size = h->l1_size;
+    s->l1_offset = h->l1_table_offset;
+    s->l1 = qcow2_read_table(s, s->l1_offset, s->l1_size, errp);
+    s->reftable_offset = h->refcount_table_offset;
+    s->reftable_clusters = h->refcount_table_clusters;
+    s->reftable_size = s->reftable_clusters * s->cluster_size / 8;
+    s->reftable = s->l1 ? qcow2_read_table(s, s->reftable_offset,
+                                           s->reftable_size, errp) : NULL;
+    if (!s->reftable) {
+        return false;
+    }
+    s->meta = qcow2_meta_new();
+    if (!qcow2_check_tables(h, s->reftable, s->reftable_size, s->l1,
+                            s->file_size, s->meta, errp)) {
+        return false;
+    }
+    l1_sectors = DIV_ROUND_UP((int64_t)s->l1_size * 8, 512);
+    s->l1_dirty = g_malloc0(DIV_ROUND_UP(l1_sectors, 8) + 1);
+    s->l2_cache = qcow2_cache_new(true, (s->depth ? QCOW2_BACKING_L2_CACHE
+                                         : QCOW2_L2_CACHE_BYTES) /
+                                  s->cluster_size, s->cluster_size);
+    if (s->writable) {
+        s->rb_cache = qcow2_cache_new(false, QCOW2_RB_CACHE_BYTES /
+                                      s->cluster_size, s->cluster_size);
+    }
+    s->fresh_start = QEMU_ALIGN_UP(s->file_size, s->cluster_size);
+    return true;
+}
+
+/* Read-write: clear the autoclear bits we do not know, before writing. */
+static bool qcow2_clear_autoclear(BDRVQcow2State *s, GError **errp)
+{
+    uint8_t buf[8] = { 0 };
+    int ret;
+
+    if (!s->header.autoclear_features) {
+        return true;
+    }
+    ret = qcow2_pwrite(s, QCOW2_HDR_AUTOCLEAR, buf, 8);
+    if (ret == 0) {
+        ret = qcow2_sync(s);
+    }
+    if (ret < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                    "Could not update the header: %s", g_strerror(-ret));
+        return false;
+    }
+    s->header.autoclear_features = 0;
+    return true;
+}
+
+BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
+                                 int depth, GHashTable *chain,
+                                 GError **errp)
+{
+    BDRVQcow2State *s = g_new0(BDRVQcow2State, 1);
+    const char *refusal;
+
+    s->filename = g_strdup(filename);
+    s->fd = -1;
+    s->writable = writable;
+    s->depth = depth;
+    g_mutex_init(&s->lock);
+    g_cond_init(&s->cond);
+    g_queue_init(&s->allocs);
+    g_queue_init(&s->io);
+    s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2PendingFree));
+
+    if (!qcow2_open_file(s, chain, errp) || !qcow2_load_header(s, errp)) {
+        goto out_close;
+    }
+    refusal = writable ? qcow2_header_rw_refusal(&s->header) : NULL;
+    if (refusal) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "read-write access refused: %s", refusal);
+        goto out_close;
+    }
+    if (!qcow2_load_tables(s, errp) || !qcow2_backing_open(s, chain, errp)) {
+        goto out_close;
+    }
+    if (writable && !qcow2_clear_autoclear(s, errp)) {
+        goto out_close;
+    }
+    return s;
+
+out_close:
+    s->writable = false;        /* nothing to flush */
+    qcow2_state_close(s);
+    return NULL;
+}
+
+void qcow2_state_close(BDRVQcow2State *s)
+{
+    if (!s) {
+        return;
+    }
+    if (s->writable && s->fd >= 0) {
+        g_mutex_lock(&s->lock);
+        if (qcow2_flush_metadata(s) < 0) {
+            g_debug("qcow2 '%s': flush at close failed", s->filename);
+        }
+        g_mutex_unlock(&s->lock);
+    }
+    qcow2_backing_close(s->backing);
+    qcow2_cache_free(s->l2_cache);
+    qcow2_cache_free(s->rb_cache);
+    if (s->meta) {
+        g_hash_table_destroy(s->meta);
+    }
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    g_array_unref(s->pending_frees);
+    qcow2_header_clear(&s->header);
+    g_free(s->l1);
+    g_free(s->l1_dirty);
+    g_free(s->reftable);
+    g_free(s->corrupt_reason);
+    g_free(s->filename);
+    g_mutex_clear(&s->lock);
+    g_cond_clear(&s->cond);
+    g_free(s);
+}
+
+/* ---- The driver table's control path ---- */
+
+static BDRVQcow2State *qcow2_state(BlockDriverState *bs)
+{
+    return ((Qcow2Node *)bs->opaque)->s;
+}
+
+static int qcow2_probe(const uint8_t *buf, int buf_size,
+                       const char *filename)
+{
+    if (buf_size >= 8 && qcow2_be32(buf) == QCOW2_MAGIC &&
+        (qcow2_be32(buf + 4) == 2 || qcow2_be32(buf + 4) == 3)) {
+        return 100;
+    }
+    return 0;
+}
+
+static bool qcow2_open(BlockDriverState *bs, const char *spec, int flags,
+                       GHashTable *options, GError **errp)
+{
+    Qcow2Node *node = bs->opaque;
+    g_autoptr(GHashTable) chain = g_hash_table_new_full(g_str_hash,
+                                                        g_str_equal,
+                                                        g_free, NULL);
+
+    if (flags & BDRV_O_NOCACHE) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Could not open '%s': cache=none is not supported for "
+                    "qcow2 images", spec);
+        return false;
+    }
+    node->s = qcow2_state_open(spec, flags & BDRV_O_RDWR, 0, chain, errp);
+    if (!node->s) {
+        g_prefix_error(errp, "Could not open '%s': ", spec);
+        return false;
+    }
+    return true;
+}
+
+static void qcow2_close(BlockDriverState *bs)
+{
+    Qcow2Node *node = bs->opaque;
+
+    qcow2_state_close(node->s);
+    node->s = NULL;
+}
+
+static int64_t qcow2_get_length(BlockDriverState *bs)
+{
+    return qcow2_state(bs)->size;
+}
+
+static void qcow2_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
+{
+    BDRVQcow2State *s = qcow2_state(bs);
+
+    bl->request_alignment = 1;
+    bl->max_transfer = QCOW2_MAX_TRANSFER;
+    bl->max_pwrite_zeroes = QCOW2_MAX_ZERO;
+    bl->max_pdiscard = QCOW2_MAX_ZERO;
+    bl->opt_transfer = s->cluster_size;
+}
+
+static bool qcow2_get_info(BlockDriverState *bs, BlockImageInfo *info,
+                           GError **errp)
+{
+    BDRVQcow2State *s = qcow2_state(bs);
+    const Qcow2Header *h = &s->header;
+    struct stat st;
+
+    if (fstat(s->fd, &st) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                    "Could not stat '%s': %s", bs->filename,
+                    g_strerror(errno));
+        return false;
+    }
+    info->actual_size = (int64_t)st.st_blocks * 512;
+    info->cluster_size = s->cluster_size;
+    info->backing_file = g_strdup(h->backing_file);
+    info->backing_format = g_strdup(h->backing_format);
+    info->dirty_flag = h->incompatible_features & QCOW2_INCOMPAT_DIRTY;
+    info->specific = g_ptr_array_new_with_free_func(g_free);
+    g_ptr_array_add(info->specific, g_strdup(h->version >= 3 ?
+                                             "compat: 1.1" :
+                                             "compat: 0.10"));
+    g_ptr_array_add(info->specific, g_strdup("compression type: zlib"));
+    if (h->version >= 3) {
+        g_ptr_array_add(info->specific,
+                        g_strdup_printf("lazy refcounts: %s",
+                                        h->compatible_features &
+                                        QCOW2_COMPAT_LAZY_REFCOUNTS ?
+                                        "true" : "false"));
+    }
+    g_ptr_array_add(info->specific,
+                    g_strdup_printf("refcount bits: %d",
+                                    1 << h->refcount_order));
+    if (h->version >= 3) {
+        g_ptr_array_add(info->specific,
+                        g_strdup_printf("corrupt: %s",
+                                        h->incompatible_features &
+                                        QCOW2_INCOMPAT_CORRUPT ?
+                                        "true" : "false"));
+        g_ptr_array_add(info->specific, g_strdup("extended l2: false"));
+    }
+    return true;
+}
+
+/* ---- The data path: one thread-pool job per request ---- */
+
+typedef enum Qcow2Op {
+    QCOW2_OP_READ,
+    QCOW2_OP_WRITE,
+    QCOW2_OP_ZEROES,
+    QCOW2_OP_DISCARD,
+    QCOW2_OP_FLUSH,
+    QCOW2_OP_STATUS,
+} Qcow2Op;
+
+typedef struct Qcow2Request {
+    BDRVQcow2State *s;
+    Qcow2Op op;
+    int64_t offset;
+    int64_t bytes;
+    void *buf;
+    BdrvRequestFlags flags;
+    GArray *found;              /* STATUS: filled by the worker */
+    GArray *extents;            /* STATUS: the caller's */
+    BlockCompletionFunc *cb;
+    void *opaque;
+} Qcow2Request;
+
+static int qcow2_worker(void *arg)
+{
+    Qcow2Request *r = arg;
+
+    switch (r->op) {
+    case QCOW2_OP_READ:
+        return qcow2_do_read(r->s, r->offset, r->bytes, r->buf);
+    case QCOW2_OP_WRITE:
+        if (r->flags & BDRV_REQ_WRITE_COMPRESSED) {
+            int ret = qcow2_do_write_compressed(r->s, r->offset, r->bytes,
+                                                r->buf);
+            return ret == 0 && (r->flags & BDRV_REQ_FUA) ?
+                   qcow2_do_flush(r->s) : ret;
+        }
+        return qcow2_do_write(r->s, r->offset, r->bytes, r->buf, r->flags);
+    case QCOW2_OP_ZEROES:
+        return qcow2_do_zeroes(r->s, r->offset, r->bytes, r->flags);
+    case QCOW2_OP_DISCARD:
+        return qcow2_do_discard(r->s, r->offset, r->bytes);
+    case QCOW2_OP_FLUSH:
+        return qcow2_do_flush(r->s);
+    case QCOW2_OP_STATUS:
+        return qcow2_do_block_status(r->s, r->offset, r->bytes, r->found);
+    }
+    g_assert_not_reached();
+}
+
+static void qcow2_complete(void *opaque, int ret)
+{
+    Qcow2Request *r = opaque;
+    BlockCompletionFunc *cb = r->cb;
+    void *cb_opaque = r->opaque;
+
+    if (r->found) {
+        if (ret == 0) {
+            g_array_append_vals(r->extents, r->found->data, r->found->len);
+        }
+        g_array_unref(r->found);
+    }
+    g_free(r);
+    cb(cb_opaque, ret);
+}
+
+static void qcow2_submit(BlockDriverState *bs, Qcow2Op op, int64_t offset,
+                         int64_t bytes, void *buf, BdrvRequestFlags flags,
+                         GArray *extents, BlockCompletionFunc *cb,
+                         void *opaque)
+{
+    Qcow2Request *r = g_new0(Qcow2Request, 1);
+
+    *r = (Qcow2Request) {
+        .s = qcow2_state(bs), .op = op, .offset = offset, .bytes = bytes,
+        .buf = buf, .flags = flags, .extents = extents, .cb = cb,
+        .opaque = opaque,
+    };
+    if (extents) {
+        r->found = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    }
+    thread_pool_submit(thread_pool_get(), qcow2_worker, r, qcow2_complete,
+                       r);
+}
+
+static void qcow2_aio_preadv(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, void *buf, BdrvRequestFlags flags,
+                             BlockCompletionFunc *cb, void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_READ, offset, bytes, buf, flags, NULL, cb,
+                 opaque);
+}
+
+static void qcow2_aio_pwritev(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, const void *buf,
+                              BdrvRequestFlags flags,
+                              BlockCompletionFunc *cb, void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_WRITE, offset, bytes, (void *)buf, flags, NULL,
+                 cb, opaque);
+}
+
+static void qcow2_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                                    int64_t bytes, BdrvRequestFlags flags,
+                                    BlockCompletionFunc *cb, void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_ZEROES, offset, bytes, NULL, flags, NULL, cb,
+                 opaque);
+}
+
+static void qcow2_aio_pdiscard(BlockDriverState *bs, int64_t offset,
+                               int64_t bytes, BlockCompletionFunc *cb,
+                               void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_DISCARD, offset, bytes, NULL, 0, NULL, cb,
+                 opaque);
+}
+
+static void qcow2_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                            void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
+}
+
+static void qcow2_aio_block_status(BlockDriverState *bs, int64_t offset,
+                                   int64_t bytes, GArray *extents,
+                                   BlockCompletionFunc *cb, void *opaque)
+{
+    qcow2_submit(bs, QCOW2_OP_STATUS, offset, bytes, NULL, 0, extents, cb,
+                 opaque);
+}
+
+static const char *const qcow2_create_opts[] = {
+    "cluster_size", "preallocation", "backing_file", "backing_fmt", NULL,
+};
+
+const BlockDriver bdrv_qcow2 = {
+    .format_name        = "qcow2",
+    .instance_size      = sizeof(Qcow2Node),
+    .supported_write_flags = BDRV_REQ_WRITE_COMPRESSED,
+    .probe              = qcow2_probe,
+    .open               = qcow2_open,
+    .close              = qcow2_close,
+    .create             = qcow2_create,
+    .create_opts        = qcow2_create_opts,
+    .get_length         = qcow2_get_length,
+    .refresh_limits     = qcow2_refresh_limits,
+    .get_info           = qcow2_get_info,
+    .aio_preadv         = qcow2_aio_preadv,
+    .aio_pwritev        = qcow2_aio_pwritev,
+    .aio_pwrite_zeroes  = qcow2_aio_pwrite_zeroes,
+    .aio_pdiscard       = qcow2_aio_pdiscard,
+    .aio_flush          = qcow2_aio_flush,
+    .aio_block_status   = qcow2_aio_block_status,
+};
+
+/* ---- Public helpers (block/qcow2.h) ---- */
+
+bool qcow2_is_node(BlockDriverState *bs)
+{
+    return bs->drv == &bdrv_qcow2;
+}
+
+char *qcow2_layer_filename(BlockDriverState *bs, int depth)
+{
+    BDRVQcow2State *s = qcow2_state(bs);
+
+    for (int i = 0; i < depth && s; i++) {
+        Qcow2Backing *b = s->backing;
+
+        if (!b) {
+            return NULL;
+        }
+        if (i == depth - 1) {
+            return g_strdup(b->filename);
+        }
+        s = b->qcow2;
+    }
+    return s ? g_strdup(s->filename) : NULL;
+}
+
+void qcow2_get_stats(BlockDriverState *bs, Qcow2Stats *st)
+{
+    BDRVQcow2State *s = qcow2_state(bs);
+
+    st->max_data_io_in_flight =
+        g_atomic_int_get(&s->max_data_io_in_flight);
+    g_mutex_lock(&s->lock);
+    st->reftable_offset = s->reftable_offset;
+    st->reftable_clusters = s->reftable_clusters;
+    st->corrupt = s->corrupt;
+    g_mutex_unlock(&s->lock);
+}
+
+void qcow2_set_debug_delay(BlockDriverState *bs, int delay_us)
+{
+    g_atomic_int_set(&qcow2_state(bs)->data_delay_us, delay_us);
+}

@@ -1,0 +1,152 @@
+/*
+ * mirror-tool check: look for leaks and corruptions in a qcow2 image,
+ * read-only, and report them like qemu-img check.
+ *
+ *   mirror-tool check [-f FMT] [--output=human|json] IMG
+ *
+ * Exit codes are qemu-img check's (not the other commands'): 0 no
+ * problem, 1 the check could not run (bad usage, the image cannot be
+ * opened, read errors), 2 corruptions, 3 leaked clusters only, 63 the
+ * format cannot be checked (raw).  Problems go to stderr, one per line;
+ * the summary to stdout.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+#include "block/qcow2.h"
+
+#include <json-glib/json-glib.h>
+#include <stdio.h>
+
+enum {
+    CHECK_EXIT_CORRUPT = 2,
+    CHECK_EXIT_LEAKS = 3,
+    CHECK_EXIT_UNSUPPORTED = 63,
+};
+
+static void check_print_human(const Qcow2CheckResult *r)
+{
+    if (!r->corruptions && !r->leaks && !r->check_errors) {
+        printf("No errors were found on the image.\n");
+    }
+    if (r->corruptions) {
+        printf("\n%" G_GINT64_FORMAT " errors were found on the image.\n"
+               "Data may be corrupted, or further writes to the image may "
+               "corrupt it.\n", r->corruptions);
+    }
+    if (r->leaks) {
+        printf("\n%" G_GINT64_FORMAT " leaked clusters were found on the "
+               "image.\nThis means waste of disk space, but no harm to "
+               "data.\n", r->leaks);
+    }
+    if (r->check_errors) {
+        printf("\n%" G_GINT64_FORMAT " internal errors have occurred during "
+               "the check.\n", r->check_errors);
+    }
+    if (r->total_clusters && r->allocated_clusters) {
+        printf("%" G_GINT64_FORMAT "/%" G_GINT64_FORMAT " = %0.2f%% "
+               "allocated, %0.2f%% fragmented, %0.2f%% compressed "
+               "clusters\n", r->allocated_clusters, r->total_clusters,
+               r->allocated_clusters * 100.0 / r->total_clusters,
+               r->fragmented_clusters * 100.0 / r->allocated_clusters,
+               r->compressed_clusters * 100.0 / r->allocated_clusters);
+    }
+    printf("Image end offset: %" G_GINT64_FORMAT "\n", r->image_end_offset);
+}
+
+/* Members like qemu-img's: counters only when they are not zero. */
+static void check_add_nonzero(JsonBuilder *b, const char *key, int64_t v)
+{
+    if (v) {
+        json_builder_set_member_name(b, key);
+        json_builder_add_int_value(b, v);
+    }
+}
+
+static void check_print_json(const char *filename,
+                             const Qcow2CheckResult *r)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "image-end-offset");
+    json_builder_add_int_value(b, r->image_end_offset);
+    json_builder_set_member_name(b, "total-clusters");
+    json_builder_add_int_value(b, r->total_clusters);
+    json_builder_set_member_name(b, "check-errors");
+    json_builder_add_int_value(b, r->check_errors);
+    check_add_nonzero(b, "leaks", r->leaks);
+    check_add_nonzero(b, "corruptions", r->corruptions);
+    check_add_nonzero(b, "allocated-clusters", r->allocated_clusters);
+    check_add_nonzero(b, "fragmented-clusters", r->fragmented_clusters);
+    check_add_nonzero(b, "compressed-clusters", r->compressed_clusters);
+    json_builder_set_member_name(b, "filename");
+    json_builder_add_string_value(b, filename);
+    json_builder_set_member_name(b, "format");
+    json_builder_add_string_value(b, "qcow2");
+    json_builder_end_object(b);
+    tool_print_json(json_builder_get_root(b), true);
+}
+
+int cmd_check(int argc, char **argv)
+{
+    g_autofree char *format = NULL;
+    g_autofree char *output = NULL;
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(BlockDriverState) bs = NULL;
+    g_autoptr(GError) err = NULL;
+    Qcow2CheckResult r = { 0 };
+    bool json;
+    int ret;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
+          "image format (default: probe)", "FMT" },
+        { "output", 0, 0, G_OPTION_ARG_STRING, &output,
+          "output format: human (default) or json", "FMT" },
+        { NULL },
+    };
+
+    ctx = g_option_context_new("IMG");
+    g_option_context_set_summary(ctx,
+        "Check a qcow2 image for leaked clusters and corruptions, without\n"
+        "changing it.  Exit codes as qemu-img check: 0 clean, 1 check\n"
+        "failed, 2 corruptions, 3 leaks only, 63 format not checkable.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_parse_output_format(output, &json) ||
+        !tool_expect_args("check", argc, 1, "one image")) {
+        return TOOL_EXIT_FAILURE;
+    }
+    if (format && !bdrv_find_format(format)) {
+        tool_error("-f '%s': unknown image format", format);
+        return TOOL_EXIT_FAILURE;
+    }
+    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    if (!bs) {
+        return TOOL_EXIT_FAILURE;
+    }
+    if (!qcow2_is_node(bs)) {
+        tool_error("'%s': this image format (%s) does not support checks",
+                   argv[1], bdrv_get_format_name(bs));
+        return CHECK_EXIT_UNSUPPORTED;
+    }
+    if (!qcow2_check(bs, &r, &err)) {
+        tool_error("%s", err->message);
+        qcow2_check_result_clear(&r);
+        return TOOL_EXIT_FAILURE;
+    }
+    for (guint i = 0; i < r.messages->len; i++) {
+        fprintf(stderr, "%s\n", (char *)g_ptr_array_index(r.messages, i));
+    }
+    if (json) {
+        check_print_json(bdrv_get_filename(bs), &r);
+    } else {
+        check_print_human(&r);
+    }
+    ret = r.check_errors ? TOOL_EXIT_FAILURE
+          : r.corruptions ? CHECK_EXIT_CORRUPT
+          : r.leaks ? CHECK_EXIT_LEAKS : TOOL_EXIT_OK;
+    qcow2_check_result_clear(&r);
+    return ret;
+}

@@ -1,0 +1,151 @@
+/*
+ * mirror-tool serve: export an image over NBD until SIGINT or SIGTERM.
+ *
+ * On a signal the server stops listening, lets connected clients receive
+ * the replies to what they sent (up to 5 s; a second signal cuts this
+ * short), drops them, waits for the block layer to finish the requests it
+ * was given, flushes a writable image and exits 0.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "qemu-mirror-tool/tool.h"
+#include "block/export-nbd.h"
+
+#include <glib-unix.h>
+#include <signal.h>
+#include <stdio.h>
+
+#define SERVE_DRAIN_MS  5000
+
+typedef struct ServeState {
+    int signals;            /* SIGINT/SIGTERM received */
+    bool deadline;          /* the graceful drain took too long */
+    bool flushed;
+    int flush_ret;
+} ServeState;
+
+static gboolean serve_signal_cb(gpointer opaque)
+{
+    ((ServeState *)opaque)->signals++;
+    return G_SOURCE_CONTINUE;
+}
+
+static gboolean serve_deadline_cb(gpointer opaque)
+{
+    ((ServeState *)opaque)->deadline = true;
+    return G_SOURCE_REMOVE;
+}
+
+static void serve_flush_cb(void *opaque, int ret)
+{
+    ServeState *s = opaque;
+
+    s->flush_ret = ret;
+    s->flushed = true;
+}
+
+/* The address clients use: PORT 0 replaced by the bound port. */
+static char *serve_address(const char *addr, NbdServer *srv)
+{
+    const char *colon = strrchr(addr, ':');
+
+    if (nbdsrv_get_port(srv) < 0) {
+        return g_strdup(addr);
+    }
+    return g_strdup_printf("%.*s:%d", (int)(colon - addr), addr,
+                           nbdsrv_get_port(srv));
+}
+
+/* Stop serving: graceful first, then drop whoever is left. */
+static void serve_stop(NbdServer *srv, ServeState *s)
+{
+    int signals = s->signals;
+    guint deadline = g_timeout_add(SERVE_DRAIN_MS, serve_deadline_cb, s);
+
+    nbdsrv_shutdown(srv);
+    while (!nbdsrv_is_drained(srv) && !s->deadline &&
+           s->signals == signals) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    if (!s->deadline) {
+        g_source_remove(deadline);
+    }
+    /* Requests already submitted still complete; wait for them. */
+    nbdsrv_disconnect_all(srv);
+    while (!nbdsrv_is_drained(srv)) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    nbdsrv_free(srv);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    g_autofree char *format = NULL;
+    g_autofree char *export_name = NULL;
+    g_autofree char *where = NULL;
+    g_autoptr(GOptionContext) ctx = NULL;
+    g_autoptr(BlockDriverState) bs = NULL;
+    g_autoptr(GError) err = NULL;
+    gboolean read_only = FALSE;
+    ServeState s = { 0 };
+    NbdServer *srv;
+    guint sigint, sigterm;
+    GOptionEntry entries[] = {
+        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
+          "image format (default: probe)", "FMT" },
+        { "export-name", 'x', 0, G_OPTION_ARG_STRING, &export_name,
+          "export name (default: \"\", the default export)", "NAME" },
+        { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
+          "open the image read-only and refuse writes", NULL },
+        { NULL },
+    };
+
+    ctx = g_option_context_new("ADDR IMG");
+    g_option_context_set_summary(ctx,
+        "Export an image over NBD until SIGINT or SIGTERM.\n\n"
+        "ADDR is unix:PATH or tcp:HOST:PORT (PORT 0 picks a free port).\n"
+        "Once listening, \"serving on ADDR\" is printed on stdout.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!tool_parse_options(ctx, &argc, &argv) ||
+        !tool_expect_args("serve", argc, 2, "an address and an image")) {
+        return TOOL_EXIT_USAGE;
+    }
+    if (format && !bdrv_find_format(format)) {
+        tool_error("-f '%s': unknown image format", format);
+        return TOOL_EXIT_USAGE;
+    }
+    bs = tool_open_image(NULL, argv[2], format,
+                         read_only ? 0 : BDRV_O_RDWR, NULL);
+    if (!bs) {
+        return TOOL_EXIT_USAGE;
+    }
+    srv = nbdsrv_new(bs, argv[1], export_name, read_only, &err);
+    if (!srv) {
+        tool_error("%s", err->message);
+        return err->code == BLOCK_ERROR_INVALID ? TOOL_EXIT_USAGE
+                                                : TOOL_EXIT_FAILURE;
+    }
+    sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
+    sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
+    where = serve_address(argv[1], srv);
+    printf("serving on %s\n", where);
+    fflush(stdout);
+
+    while (!s.signals) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    serve_stop(srv, &s);
+    g_source_remove(sigint);
+    g_source_remove(sigterm);
+
+    if (!read_only) {
+        bdrv_aio_flush(bs, serve_flush_cb, &s);
+        tool_run_until(&s.flushed);
+        if (s.flush_ret < 0) {
+            tool_error("flush '%s': %s", argv[2], g_strerror(-s.flush_ret));
+            return TOOL_EXIT_FAILURE;
+        }
+    }
+    return TOOL_EXIT_OK;
+}

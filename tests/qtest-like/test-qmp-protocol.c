@@ -1,0 +1,417 @@
+/*
+ * The QMP protocol of `mirror-tool start --qmp`, as QEMU speaks it: the
+ * greeting, capabilities negotiation, errors with QEMU's classes and
+ * wording, "id" echoing, bad input that must not break the connection,
+ * several clients, clients that go away, and quit.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "tests/qtest-like/libqtest.h"
+#include "util/cutils.h"
+
+#include <string.h>
+
+#define IMAGE_SIZE (4 * MiB)
+
+/* A tool mirroring a 4 MiB image; it stays in the sync stage after READY
+ * until told otherwise. */
+static QTestState *start_tool(QTestImages *im, QTestFlags flags)
+{
+    return qtest_start(im->dir, flags, im->src, im->dst, NULL);
+}
+
+/* The reply is an error of @cls with description @desc. */
+static void assert_error(JsonObject *r, const char *cls, const char *desc)
+{
+    g_autofree char *text = qtest_json_to_string(r);
+
+    g_test_message("reply: %s", text);
+    g_assert_true(json_object_has_member(r, "error"));
+    g_assert_cmpstr(qtest_json_str(r, "error/class"), ==, cls);
+    if (desc) {
+        g_assert_cmpstr(qtest_json_str(r, "error/desc"), ==, desc);
+    }
+}
+
+/* Finish the job and check that the tool exits cleanly with a copy. */
+static void complete_and_exit(QTestState *q, QTestImages *im)
+{
+    g_autoptr(JsonObject) ready = qtest_wait_event(q, "BLOCK_JOB_READY", 30);
+    g_autoptr(JsonObject) done = NULL;
+
+    qtest_qmp_assert_success(q, "block-job-complete",
+                             "{\"device\": \"mirror\"}");
+    done = qtest_wait_event(q, "BLOCK_JOB_COMPLETED", 30);
+    g_assert_false(qtest_json_has(done, "data/error"));
+    g_assert_cmpint(qtest_wait_exit(q, 30), ==, 0);
+    qtest_assert_files_equal(im->src, im->dst);
+}
+
+static void test_greeting(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT |
+                                         QTEST_NO_NEGOTIATE);
+    JsonObject *g = qtest_conn_greeting(qtest_conn(q));
+    JsonNode *caps;
+    g_autoptr(JsonObject) r = NULL;
+
+    g_assert_cmpint(json_object_get_size(g), ==, 1);
+    g_assert_cmpint(qtest_json_int(g, "QMP/version/qemu/major"), >=, 0);
+    g_assert_cmpint(qtest_json_int(g, "QMP/version/qemu/minor"), >=, 0);
+    g_assert_cmpint(qtest_json_int(g, "QMP/version/qemu/micro"), >=, 0);
+    g_assert_true(g_str_has_prefix(qtest_json_str(g, "QMP/version/package"),
+                                   "qemu-mirror"));
+    caps = qtest_json_get(g, "QMP/capabilities");
+    g_assert_nonnull(caps);
+    g_assert_true(JSON_NODE_HOLDS_ARRAY(caps));
+    g_assert_cmpuint(json_array_get_length(json_node_get_array(caps)), ==, 0);
+
+    /* Negotiation: {"return": {}}. */
+    r = qtest_conn_qmp(qtest_conn(q), "qmp_capabilities", NULL);
+    g_assert_cmpint(json_object_get_size(r), ==, 1);
+    g_assert_true(JSON_NODE_HOLDS_OBJECT(qtest_json_get(r, "return")));
+    g_assert_cmpint(json_object_get_size(
+                        json_object_get_object_member(r, "return")), ==, 0);
+    complete_and_exit(q, im);
+}
+
+static void test_negotiation(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT |
+                                         QTEST_NO_NEGOTIATE);
+    QTestConn *c = qtest_conn(q);
+    g_autoptr(JsonObject) r1 = NULL;
+    g_autoptr(JsonObject) r2 = NULL;
+    g_autoptr(JsonObject) r3 = NULL;
+    g_autoptr(JsonObject) job = NULL;
+
+    /* Commands before negotiation are refused, and the job waits. */
+    r1 = qtest_conn_qmp(c, "query-block-jobs", NULL);
+    assert_error(r1, "CommandNotFound",
+                 "Expecting capabilities negotiation with "
+                 "'qmp_capabilities'");
+    g_assert_null(qtest_conn_take_event(c, "JOB_STATUS_CHANGE"));
+
+    r2 = qtest_conn_qmp(c, "qmp_capabilities", NULL);
+    g_assert_true(json_object_has_member(r2, "return"));
+
+    /* Twice is an error, and harmless. */
+    r3 = qtest_conn_qmp(c, "qmp_capabilities", NULL);
+    assert_error(r3, "CommandNotFound",
+                 "Capabilities negotiation is already complete, command "
+                 "ignored");
+    job = qtest_query_job(q);
+    g_assert_nonnull(job);
+    g_assert_cmpstr(qtest_json_str(job, "device"), ==, "mirror");
+    g_assert_cmpstr(qtest_json_str(job, "type"), ==, "mirror");
+    complete_and_exit(q, im);
+}
+
+static void test_errors(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    static const struct {
+        const char *cmd, *args, *cls, *desc;
+    } cases[] = {
+        { "no-such-command", NULL, "CommandNotFound",
+          "The command no-such-command has not been found" },
+        { "block-job-set-speed", "{\"device\": \"mirror\"}",
+          "GenericError", "Parameter 'speed' is missing" },
+        { "block-job-set-speed", "{\"device\": \"mirror\", \"speed\": "
+          "\"fast\"}", "GenericError",
+          "Invalid parameter type for 'speed', expected: integer" },
+        { "block-job-set-speed", "{\"device\": \"mirror\", \"speed\": 1, "
+          "\"bogus\": 1}", "GenericError",
+          "Parameter 'bogus' is unexpected" },
+        { "block-job-set-speed", "{\"speed\": 1}", "GenericError",
+          "Parameter 'device' is missing" },
+        { "block-job-cancel", "{\"device\": \"mirror\", \"force\": 1}",
+          "GenericError",
+          "Invalid parameter type for 'force', expected: boolean" },
+        { "block-job-cancel", "{\"device\": \"nope\"}", "DeviceNotActive",
+          "Block job 'nope' not found" },
+        { "block-job-pause", "{\"device\": 7}", "GenericError",
+          "Invalid parameter type for 'device', expected: string" },
+        { "job-pause", "{\"id\": \"nope\"}", "GenericError",
+          "Job not found" },
+        { "job-dismiss", "{\"id\": \"mirror\"}", "GenericError",
+          "Job 'mirror' in state 'ready' cannot accept command verb "
+          "'dismiss'" },
+        { "job-finalize", "{\"id\": \"mirror\"}", "GenericError",
+          "Job 'mirror' in state 'ready' cannot accept command verb "
+          "'finalize'" },
+        { "block-job-resume", "{\"device\": \"mirror\"}", "GenericError",
+          "Can't resume a job that was not paused" },
+        { "query-block-jobs", "{\"x\": 1}", "GenericError",
+          "Parameter 'x' is unexpected" },
+        { "query-jobs", "{\"x\": 1}", "GenericError",
+          "Parameter 'x' is unexpected" },
+        { "quit", "{\"now\": true}", "GenericError",
+          "Parameter 'now' is unexpected" },
+    };
+
+    /* In READY, so that the verb errors name a known state. */
+    g_autoptr(JsonObject) ready = qtest_wait_event(q, "BLOCK_JOB_READY", 30);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(JsonObject) r = NULL;
+
+        if (cases[i].args) {
+            r = qtest_qmp(q, cases[i].cmd, "%s", cases[i].args);
+        } else {
+            r = qtest_qmp(q, cases[i].cmd, NULL);
+        }
+        assert_error(r, cases[i].cls, cases[i].desc);
+    }
+    qtest_qmp_assert_success(q, "block-job-complete",
+                             "{\"device\": \"mirror\"}");
+    g_assert_cmpint(qtest_wait_exit(q, 30), ==, 0);
+    qtest_assert_files_equal(im->src, im->dst);
+}
+
+static void test_bad_input(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_conn(q);
+    static const struct {
+        const char *line, *desc;
+    } cases[] = {
+        { "{\"execute\": ", "JSON parse error" },
+        { "{nonsense}", "JSON parse error" },
+        { "[1, 2]", "QMP input must be a JSON object" },
+        { "42", "QMP input must be a JSON object" },
+        { "\"query-jobs\"", "QMP input must be a JSON object" },
+        { "{\"arguments\": {}}", "QMP input lacks member 'execute'" },
+        { "{\"execute\": 3}", "QMP input lacks member 'execute'" },
+        { "{\"execute\": \"query-jobs\", \"arguments\": [1]}",
+          "QMP input member 'arguments' must be an object" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(JsonObject) r = qtest_conn_qmp_raw(c, cases[i].line);
+        g_autoptr(JsonObject) ok = NULL;
+
+        assert_error(r, "GenericError", NULL);
+        g_assert_nonnull(strstr(qtest_json_str(r, "error/desc"),
+                                cases[i].desc));
+        /* The connection still works. */
+        ok = qtest_conn_qmp(c, "query-jobs", NULL);
+        g_assert_true(json_object_has_member(ok, "return"));
+    }
+    complete_and_exit(q, im);
+}
+
+static void test_id(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_conn(q);
+    g_autoptr(JsonObject) r1 = NULL;
+    g_autoptr(JsonObject) r2 = NULL;
+    g_autoptr(JsonObject) r3 = NULL;
+    g_autoptr(JsonObject) r4 = NULL;
+
+    r1 = qtest_conn_qmp_raw(c, "{\"execute\": \"query-jobs\", "
+                            "\"id\": \"abc\"}");
+    g_assert_true(json_object_has_member(r1, "return"));
+    g_assert_cmpstr(qtest_json_str(r1, "id"), ==, "abc");
+
+    r2 = qtest_conn_qmp_raw(c, "{\"execute\": \"nope\", \"id\": 42}");
+    assert_error(r2, "CommandNotFound", "The command nope has not been "
+                 "found");
+    g_assert_cmpint(qtest_json_int(r2, "id"), ==, 42);
+
+    /* Any JSON value is echoed as it came. */
+    r3 = qtest_conn_qmp_raw(c, "{\"id\": {\"a\": [1, \"x\"]}, \"execute\": "
+                            "\"block-job-set-speed\", \"arguments\": "
+                            "{\"device\": \"mirror\", \"speed\": -5}}");
+    assert_error(r3, "GenericError", "Invalid parameter 'speed'");
+    g_assert_cmpint(qtest_json_int(r3, "id/a/0"), ==, 1);
+    g_assert_cmpstr(qtest_json_str(r3, "id/a/1"), ==, "x");
+
+    /* No id, no "id" member. */
+    r4 = qtest_conn_qmp(c, "query-jobs", NULL);
+    g_assert_false(json_object_has_member(r4, "id"));
+    complete_and_exit(q, im);
+}
+
+static void test_two_clients(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c2, *raw;
+    g_autoptr(JsonObject) ready = NULL;
+    g_autoptr(JsonObject) e1 = NULL;
+    g_autoptr(JsonObject) e2 = NULL;
+    g_autoptr(JsonObject) n1 = NULL;
+    JsonObject *msg;
+
+    ready = qtest_wait_event(q, "BLOCK_JOB_READY", 30);
+    c2 = qtest_connect(q, true);
+    /* Connected but not negotiated: no events for this one. */
+    raw = qtest_connect(q, false);
+
+    /* A command on the second connection, events on both. */
+    {
+        g_autoptr(JsonObject) r = qtest_conn_qmp(c2, "block-job-complete",
+                                                 "{\"device\": "
+                                                 "\"mirror\"}");
+        g_assert_true(json_object_has_member(r, "return"));
+    }
+    e1 = qtest_wait_event(q, "BLOCK_JOB_COMPLETED", 30);
+    e2 = qtest_conn_wait_event(c2, "BLOCK_JOB_COMPLETED", 30);
+    g_assert_cmpstr(qtest_json_str(e1, "data/device"), ==,
+                    qtest_json_str(e2, "data/device"));
+    g_assert_cmpint(qtest_json_int(e1, "data/offset"), ==, IMAGE_SIZE);
+    g_assert_cmpint(qtest_json_int(e2, "data/offset"), ==, IMAGE_SIZE);
+    n1 = qtest_conn_wait_event(c2, "JOB_STATUS_CHANGE", 30);
+    g_assert_cmpint(qtest_wait_exit(q, 30), ==, 0);
+
+    /* The tool is gone: the raw connection got nothing but EOF. */
+    msg = qtest_conn_read(raw, 30);
+    g_assert_null(msg);
+    qtest_assert_files_equal(im->src, im->dst);
+}
+
+static void test_client_disconnects(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(16 * MiB);
+    g_autoptr(QTestState) q = qtest_start(im->dir, QTEST_QMP_WAIT,
+                                          "--speed", "8M", im->src, im->dst,
+                                          NULL);
+    g_autoptr(JsonObject) job = NULL;
+
+    /* One leaves with a request unanswered, one in the middle of a line,
+     * one before negotiating; the job goes on. */
+    for (int i = 0; i < 3; i++) {
+        QTestConn *c = qtest_connect(q, i != 2);
+        const char *req = i == 0 ? "{\"execute\": \"query-block-jobs\"}\n"
+                                 : "{\"execute\": \"query-";
+
+        g_assert_true(qtest_conn_send_raw(c, req, strlen(req)));
+        qtest_conn_free(c);
+    }
+    job = qtest_query_job(q);
+    g_assert_cmpstr(qtest_json_str(job, "status"), ==, "running");
+    qtest_qmp_assert_success(q, "block-job-set-speed",
+                             "{\"device\": \"mirror\", \"speed\": 0}");
+    complete_and_exit(q, im);
+}
+
+static void test_long_line(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_connect(q, true);
+    size_t len = 2 * MiB;
+    g_autofree char *junk = g_malloc(len);
+    g_autoptr(JsonObject) r = NULL;
+
+    /* More than 1 MiB without a newline: that client is dropped. */
+    memset(junk, ' ', len);
+    qtest_conn_send_raw(c, junk, len);
+    g_assert_true(qtest_conn_wait_eof(c, 30));
+    qtest_conn_free(c);
+
+    r = qtest_qmp(q, "query-jobs", NULL);
+    g_assert_true(json_object_has_member(r, "return"));
+    g_assert_false(qtest_exited(q));
+    complete_and_exit(q, im);
+}
+
+/*
+ * Commands in the same packet as qmp_capabilities reach a job that has
+ * not started yet (--qmp-wait starts it after negotiation): verbs
+ * allowed in CREATED must work there and not crash the tool.
+ */
+static void test_pipelined(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT |
+                                         QTEST_NO_NEGOTIATE);
+    QTestConn *c = qtest_conn(q);
+    const char *batch =
+        "{\"execute\": \"qmp_capabilities\"}\n"
+        "{\"execute\": \"block-job-set-speed\", \"arguments\": "
+        "{\"device\": \"mirror\", \"speed\": 1048576}}\n"
+        "{\"execute\": \"block-job-pause\", \"arguments\": "
+        "{\"device\": \"mirror\"}}\n";
+    g_autoptr(JsonObject) job = NULL;
+
+    g_assert_true(qtest_conn_send_raw(c, batch, strlen(batch)));
+    for (int i = 0; i < 3; i++) {
+        g_autoptr(JsonObject) r = qtest_conn_read(c, 30);
+
+        g_assert_nonnull(r);
+        if (json_object_has_member(r, "event")) {
+            i--;
+            continue;
+        }
+        g_assert_true(json_object_has_member(r, "return"));
+    }
+    job = qtest_wait_job_str(q, "status", "paused", 30);
+    g_assert_cmpint(qtest_json_int(job, "speed"), ==, 1 * MiB);
+    qtest_qmp_assert_success(q, "block-job-set-speed",
+                             "{\"device\": \"mirror\", \"speed\": 0}");
+    qtest_qmp_assert_success(q, "block-job-resume",
+                             "{\"device\": \"mirror\"}");
+    complete_and_exit(q, im);
+}
+
+/* Cancelled before it started: the tool ends cleanly. */
+static void test_pipelined_cancel(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT |
+                                         QTEST_NO_NEGOTIATE);
+    QTestConn *c = qtest_conn(q);
+    const char *batch =
+        "{\"execute\": \"qmp_capabilities\"}\n"
+        "{\"execute\": \"block-job-cancel\", \"arguments\": "
+        "{\"device\": \"mirror\"}}\n";
+
+    g_assert_true(qtest_conn_send_raw(c, batch, strlen(batch)));
+    g_assert_cmpint(qtest_wait_exit(q, 30), ==, 1);
+    g_assert_nonnull(strstr(qtest_stderr(q), "cancelled"));
+}
+
+static void test_quit(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(16 * MiB);
+    g_autoptr(QTestState) q = qtest_start(im->dir, QTEST_QMP_WAIT,
+                                          "--speed", "1M", im->src, im->dst,
+                                          NULL);
+    g_autoptr(JsonObject) ev = NULL;
+
+    qtest_qmp_assert_success(q, "quit", NULL);
+    /* The job is cancelled on the way out; the events still arrive. */
+    ev = qtest_wait_event(q, "BLOCK_JOB_CANCELLED", 30);
+    g_assert_cmpint(qtest_json_int(ev, "data/offset"), <, 16 * MiB);
+    qtest_wait_status(q, "null", 30);
+    g_assert_cmpint(qtest_wait_exit(q, 30), ==, 1);
+    g_assert_nonnull(strstr(qtest_stderr(q), "cancelled"));
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/qmp/protocol/greeting", test_greeting);
+    g_test_add_func("/qmp/protocol/negotiation", test_negotiation);
+    g_test_add_func("/qmp/protocol/errors", test_errors);
+    g_test_add_func("/qmp/protocol/bad-input", test_bad_input);
+    g_test_add_func("/qmp/protocol/id", test_id);
+    g_test_add_func("/qmp/protocol/two-clients", test_two_clients);
+    g_test_add_func("/qmp/protocol/client-disconnects",
+                    test_client_disconnects);
+    g_test_add_func("/qmp/protocol/long-line", test_long_line);
+    g_test_add_func("/qmp/protocol/pipelined", test_pipelined);
+    g_test_add_func("/qmp/protocol/pipelined-cancel",
+                    test_pipelined_cancel);
+    g_test_add_func("/qmp/protocol/quit", test_quit);
+    return g_test_run();
+}
