@@ -1,6 +1,7 @@
 /*
- * NBD server internals, shared by export-nbd.c (sockets, buffering,
- * backpressure, lifetimes), export-nbd-opts.c (handshake and options) and
+ * NBD server internals, shared by export-nbd.c (listening, timeouts, the
+ * API), export-nbd-conn.c (a connection's buffering, backpressure and
+ * lifetime), export-nbd-opts.c (handshake and options) and
  * export-nbd-cmd.c (transmission requests).
  *
  * Lifetimes: a connection (NbdClient) is reference counted: one reference
@@ -23,6 +24,7 @@
 #include "block/export-nbd.h"
 #include "util/cutils.h"
 
+#include <glib-unix.h>
 #include <sys/types.h>
 
 /* ---- protocol constants (doc/proto.md) ---- */
@@ -260,7 +262,24 @@ struct NbdServer {
     NbdServerStats stats;
 };
 
-/* ---- export-nbd.c: connections ---- */
+/* ---- export-nbd.c: the server ---- */
+
+/* An fd watch / a timer (0 ms: an idle) on the server's context; the
+ * caller owns the returned reference. */
+GSource *nbdsrv_fd_watch(NbdServer *srv, int fd, GIOCondition cond,
+                         GUnixFDSourceFunc fn, void *opaque);
+GSource *nbdsrv_timer(NbdServer *srv, guint ms, GSourceFunc fn,
+                      void *opaque);
+/* Destroy and unref *@src (if any); safe inside its own dispatch. */
+void nbdsrv_source_clear(GSource **src);
+
+/* Release the server: no client is left. */
+void nbdsrv_finalize(NbdServer *srv);
+
+/* ---- export-nbd-conn.c: connections ---- */
+
+/* A connection accepted on @fd (non-blocking): greet it. */
+void nbdsrv_client_new(NbdServer *srv, int fd);
 
 void nbdsrv_client_ref(NbdClient *c);
 void nbdsrv_client_unref(NbdClient *c);

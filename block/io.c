@@ -14,59 +14,9 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/block-int.h"
-#include "util/cutils.h"
+#include "block/io-int.h"
 
 #include <errno.h>
-
-#define BDRV_DEFAULT_MAX_TRANSFER  (1 * GiB)
-#define BDRV_ZERO_BUFFER_SIZE      (1 * MiB)
-
-typedef enum BdrvReqType {
-    BDRV_REQ_TYPE_READ,
-    BDRV_REQ_TYPE_WRITE,
-    BDRV_REQ_TYPE_ZERO,
-    BDRV_REQ_TYPE_DISCARD,
-    BDRV_REQ_TYPE_FLUSH,
-    BDRV_REQ_TYPE_STATUS,
-} BdrvReqType;
-
-/* What a write request is doing right now. */
-typedef enum BdrvReqPhase {
-    BDRV_PHASE_IO,          /* sending [pos, end) in fragments */
-    BDRV_PHASE_RMW_HEAD,    /* reading the partial head block */
-    BDRV_PHASE_RMW_TAIL,    /* reading the partial tail block */
-    BDRV_PHASE_ZERO_WRITE,  /* zero fallback: writing zero buffers */
-} BdrvReqPhase;
-
-typedef struct BdrvRequest BdrvRequest;
-struct BdrvRequest {
-    BlockDriverState *bs;
-    BdrvReqType type;
-    int64_t offset;          /* the caller's range, clamped to the image */
-    int64_t bytes;
-    uint8_t *buf;            /* the caller's buffer (READ, WRITE) */
-    BdrvRequestFlags flags;
-    BlockCompletionFunc *cb;
-    void *opaque;
-    GArray *extents;         /* STATUS */
-
-    int64_t start;           /* the aligned range sent to the driver */
-    int64_t end;
-    uint8_t *bounce;         /* covers [start, end) when padding/bouncing */
-    bool serialising;        /* read-modify-write in progress */
-    bool tracked;            /* in bs->tracked */
-    GList link;              /* in bs->tracked or bs->waiting */
-
-    BdrvReqPhase phase;
-    int64_t pos;             /* next byte of [start, end) to send */
-    int64_t frag;            /* bytes of the fragment in flight */
-
-    /* An unaligned write-zeroes runs as up to three child requests. */
-    int64_t child_pos;
-
-    guint first_extent;      /* STATUS: index of the first new extent */
-};
 
 static int64_t bdrv_max_rw(BlockDriverState *bs)
 {
@@ -80,7 +30,7 @@ static int64_t bdrv_max_rw(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-static int64_t bdrv_max_zero(BlockDriverState *bs)
+int64_t bdrv_max_zero(BlockDriverState *bs)
 {
     int64_t align = bs->bl.request_alignment;
     int64_t max = bs->bl.max_pwrite_zeroes ? bs->bl.max_pwrite_zeroes
@@ -89,7 +39,7 @@ static int64_t bdrv_max_zero(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-static int64_t bdrv_max_discard(BlockDriverState *bs)
+int64_t bdrv_max_discard(BlockDriverState *bs)
 {
     int64_t align = bs->bl.request_alignment;
     int64_t max = bs->bl.max_pdiscard ? bs->bl.max_pdiscard
@@ -155,10 +105,10 @@ static void bdrv_notify_write(BlockDriverState *bs, int64_t offset,
 
 /* ---- request lifetime ---- */
 
-static BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
-                                 int64_t offset, int64_t bytes, void *buf,
-                                 BdrvRequestFlags flags,
-                                 BlockCompletionFunc *cb, void *opaque)
+BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
+                          int64_t offset, int64_t bytes, void *buf,
+                          BdrvRequestFlags flags,
+                          BlockCompletionFunc *cb, void *opaque)
 {
     BdrvRequest *req = g_new0(BdrvRequest, 1);
 
@@ -183,7 +133,7 @@ static void bdrv_process_waiting(BlockDriverState *bs);
  * Finish @req: untrack it, let waiters go, then run the caller's
  * completion.  This is the only place a request is freed.
  */
-static void bdrv_req_finish(BdrvRequest *req, int ret)
+void bdrv_req_finish(BdrvRequest *req, int ret)
 {
     BlockDriverState *bs = req->bs;
     BlockCompletionFunc *cb = req->cb;
@@ -207,13 +157,13 @@ static void bdrv_req_finish(BdrvRequest *req, int ret)
     cb(opaque, ret);
 }
 
-static void bdrv_req_finish_cb(void *opaque, int ret)
+void bdrv_req_finish_cb(void *opaque, int ret)
 {
     bdrv_req_finish(opaque, ret);
 }
 
 /* Complete a request that needs no I/O, later, as the contract says. */
-static void bdrv_req_finish_later(BdrvRequest *req, int ret)
+void bdrv_req_finish_later(BdrvRequest *req, int ret)
 {
     bdrv_complete_later(bdrv_req_finish_cb, req, ret);
 }
@@ -256,7 +206,7 @@ static void bdrv_req_run(BdrvRequest *req);
  * Start @req now if nothing overlapping forbids it, else queue it until the
  * conflicting requests complete.
  */
-static void bdrv_req_submit(BdrvRequest *req)
+void bdrv_req_submit(BdrvRequest *req)
 {
     BlockDriverState *bs = req->bs;
 
@@ -328,7 +278,7 @@ static void bdrv_req_frag_done(void *opaque, int ret)
     bdrv_req_step(req);
 }
 
-static void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
+void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
 {
     if (!bs->zero_buffer) {
         bs->zero_buffer_size = MAX(BDRV_ZERO_BUFFER_SIZE,
@@ -462,7 +412,7 @@ static void bdrv_req_align(BdrvRequest *req, bool for_write)
  * the image; an empty request succeeds at once.  Returns false when @req
  * was completed here.
  */
-static bool bdrv_req_check_write(BdrvRequest *req)
+bool bdrv_req_check_write(BdrvRequest *req)
 {
     BlockDriverState *bs = req->bs;
 
@@ -535,184 +485,4 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
         }
     }
     bdrv_req_submit(req);
-}
-
-static void bdrv_zero_child_done(void *opaque, int ret);
-
-/*
- * An unaligned write-zeroes: the partial head and tail blocks are written
- * as zero data (read-modify-write), the aligned middle is zeroed.  The
- * pieces run one after the other as child requests.
- */
-static void bdrv_zero_unaligned_step(BdrvRequest *parent)
-{
-    BlockDriverState *bs = parent->bs;
-    int64_t align = bs->bl.request_alignment;
-    int64_t end = parent->offset + parent->bytes;
-    int64_t pos = parent->child_pos;
-    int64_t next;
-    int64_t zsize;
-    void *zbuf;
-
-    if (pos >= end) {
-        bdrv_req_finish(parent, 0);
-        return;
-    }
-    next = MIN(QEMU_ALIGN_UP(pos + 1, align), end);
-    if (pos % align == 0 && end - pos >= align) {
-        /* Aligned middle, up to the last whole block (or EOF). */
-        next = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
-        parent->child_pos = next;
-        bdrv_aio_pwrite_zeroes(bs, pos, next - pos, parent->flags,
-                               bdrv_zero_child_done, parent);
-        return;
-    }
-    zbuf = bdrv_zero_buffer(bs, &zsize);
-    g_assert(next - pos <= zsize);
-    parent->child_pos = next;
-    bdrv_aio_pwrite(bs, pos, next - pos, zbuf, parent->flags & BDRV_REQ_FUA,
-                    bdrv_zero_child_done, parent);
-}
-
-static void bdrv_zero_child_done(void *opaque, int ret)
-{
-    BdrvRequest *parent = opaque;
-
-    if (ret < 0) {
-        bdrv_req_finish(parent, ret);
-        return;
-    }
-    bdrv_zero_unaligned_step(parent);
-}
-
-void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                            int64_t bytes, BdrvRequestFlags flags,
-                            BlockCompletionFunc *cb, void *opaque)
-{
-    int64_t align = bs->bl.request_alignment;
-    BdrvRequest *req;
-
-    g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_ZERO, offset, bytes, NULL, flags,
-                       cb, opaque);
-    if (!bdrv_req_check_write(req)) {
-        return;
-    }
-    if (offset % align ||
-        ((offset + bytes) % align && offset + bytes != bs->total_bytes)) {
-        if (flags & BDRV_REQ_NO_FALLBACK) {
-            /* Partial blocks cannot be zeroed without writing data. */
-            bdrv_req_finish_later(req, -ENOTSUP);
-            return;
-        }
-        req->child_pos = offset;
-        bdrv_zero_unaligned_step(req);
-        return;
-    }
-    req->phase = BDRV_PHASE_IO;
-    bdrv_req_submit(req);
-}
-
-void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       BlockCompletionFunc *cb, void *opaque)
-{
-    int64_t align = bs->bl.request_alignment;
-    BdrvRequest *req;
-    int64_t end;
-
-    g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_DISCARD, offset, bytes, NULL, 0,
-                       cb, opaque);
-    if (!bdrv_req_check_write(req)) {
-        return;
-    }
-    /* Shrink to whole blocks; the partial ends are simply kept. */
-    end = offset + bytes;
-    req->start = QEMU_ALIGN_UP(offset, align);
-    req->end = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
-    if (req->start >= req->end || !bs->drv->aio_pdiscard) {
-        bdrv_req_finish_later(req, 0);
-        return;
-    }
-    req->phase = BDRV_PHASE_IO;
-    bdrv_req_submit(req);
-}
-
-void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                    void *opaque)
-{
-    BdrvRequest *req = bdrv_req_new(bs, BDRV_REQ_TYPE_FLUSH, 0, 0, NULL, 0,
-                                    cb, opaque);
-
-    if (!bs->drv->aio_flush || !(bs->open_flags & BDRV_O_RDWR)) {
-        bdrv_req_finish_later(req, 0);
-        return;
-    }
-    bs->drv->aio_flush(bs, bdrv_req_finish_cb, req);
-}
-
-static void bdrv_block_status_done(void *opaque, int ret)
-{
-    BdrvRequest *req = opaque;
-    GArray *ext = req->extents;
-    guint first = req->first_extent;
-    int64_t expect = req->offset;
-
-    if (ret == 0 && ext->len <= first) {
-        ret = -EIO;             /* a driver must say something */
-    }
-    for (guint i = first; ret == 0 && i < ext->len; i++) {
-        BlockExtent *e = &g_array_index(ext, BlockExtent, i);
-
-        if (e->offset != expect || e->length <= 0) {
-            ret = -EIO;
-            break;
-        }
-        if (e->offset + e->length > req->offset + req->bytes) {
-            e->length = req->offset + req->bytes - e->offset;
-            g_array_set_size(ext, i + 1);
-        }
-        expect = e->offset + e->length;
-    }
-    if (ret < 0) {
-        g_array_set_size(ext, first);
-    }
-    bdrv_req_finish(req, ret);
-}
-
-void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
-                           int64_t bytes, GArray *extents,
-                           BlockCompletionFunc *cb, void *opaque)
-{
-    BdrvRequest *req;
-
-    g_assert(offset >= 0 && bytes > 0);
-    bytes = MIN(bytes, bs->total_bytes - offset);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_STATUS, offset, bytes, NULL, 0,
-                       cb, opaque);
-    req->extents = extents;
-    req->first_extent = extents->len;
-    if (bytes <= 0) {
-        bdrv_req_finish_later(req, -EINVAL);
-        return;
-    }
-    if (!bs->drv->aio_block_status) {
-        BlockExtent e = {
-            .offset = offset,
-            .length = bytes,
-            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
-        };
-        g_array_append_val(extents, e);
-        bdrv_req_finish_later(req, 0);
-        return;
-    }
-    bs->drv->aio_block_status(bs, offset, bytes, extents,
-                              bdrv_block_status_done, req);
-}
-
-void bdrv_cancel_in_flight(BlockDriverState *bs)
-{
-    if (bs->drv->cancel_in_flight) {
-        bs->drv->cancel_in_flight(bs);
-    }
 }

@@ -154,6 +154,9 @@ struct MirrorJob {
 
 /* mirror.c */
 
+/* The JobDriver of mirror jobs. */
+extern const JobDriver mirror_job_driver;
+
 /* Start operations until a limit is reached, then see whether the job
  * changes state.  Every completion calls it. */
 void mirror_pump(MirrorJob *s);

@@ -1,0 +1,575 @@
+/*
+ * NBD server: one connection's buffering, backpressure and lifetime.
+ *
+ * Each connection reads into a 64 KiB buffer (WRITE payloads go straight
+ * into the request's buffer), parses as much as it can and stops parsing
+ * at a limit: requests in flight, bytes held by the connection (request
+ * buffers plus unsent replies) or by the whole server.  A paused
+ * connection has no read watch; whatever frees budget (a completion, sent
+ * output) schedules an idle "kick" that parses the buffered input again.
+ * Output is a queue of pieces sent with sendmsg() when the socket is
+ * writable.  See export-nbd-int.h for the lifetime rules.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/export-nbd-int.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define NBDSRV_MAX_IOV              64
+
+/* One piece of output: a small copied header, then owned data. */
+typedef struct NbdOut {
+    uint8_t hdr[32];
+    size_t hdr_len;
+    void *data;
+    size_t data_len;
+    GDestroyNotify free_data;
+    size_t sent;
+} NbdOut;
+
+/* Bytes a queued piece holds against the budget (its bookkeeping too, so
+ * that a flood of tiny error replies is bounded as well). */
+#define NBDSRV_OUT_HELD(o)  ((o)->hdr_len + (o)->data_len + sizeof(NbdOut))
+
+/* ---- budget ---- */
+
+static void nbdsrv_client_kick(NbdClient *c);
+
+static void nbdsrv_client_resume(NbdClient *c)
+{
+    if (!c->paused || c->closed) {
+        return;
+    }
+    c->paused = false;
+    if (c->wait_global) {
+        c->wait_global = false;
+        c->srv->global_waiters--;
+    }
+    nbdsrv_client_kick(c);
+}
+
+static void nbdsrv_resume_global(NbdServer *srv)
+{
+    if (!srv->global_waiters) {
+        return;
+    }
+    for (GList *l = srv->clients.head; l; l = l->next) {
+        NbdClient *c = l->data;
+
+        if (c->wait_global) {
+            nbdsrv_client_resume(c);
+        }
+    }
+}
+
+static void nbdsrv_held_add(NbdClient *c, uint64_t bytes)
+{
+    NbdServer *srv = c->srv;
+
+    c->held += bytes;
+    srv->held += bytes;
+    srv->stats.max_held_bytes = MAX(srv->stats.max_held_bytes, srv->held);
+}
+
+static void nbdsrv_held_sub(NbdClient *c, uint64_t bytes)
+{
+    g_assert(c->held >= bytes && c->srv->held >= bytes);
+    c->held -= bytes;
+    c->srv->held -= bytes;
+    nbdsrv_client_resume(c);
+    nbdsrv_resume_global(c->srv);
+}
+
+bool nbdsrv_client_reserve(NbdClient *c, uint64_t bytes)
+{
+    NbdServer *srv = c->srv;
+
+    if (c->in_flight >= NBDSRV_MAX_CLIENT_REQUESTS ||
+        (c->held && c->held + bytes > NBDSRV_CLIENT_MAX_BYTES)) {
+        c->paused = true;
+        return false;
+    }
+    if (srv->held && srv->held + bytes > NBDSRV_SERVER_MAX_BYTES) {
+        c->paused = true;
+        c->wait_global = true;
+        srv->global_waiters++;
+        return false;
+    }
+    nbdsrv_held_add(c, bytes);
+    return true;
+}
+
+void nbdsrv_client_release(NbdClient *c, uint64_t bytes)
+{
+    if (bytes) {
+        nbdsrv_held_sub(c, bytes);
+    }
+}
+
+/* ---- requests ---- */
+
+NbdRequest *nbdsrv_req_new(NbdClient *c, const NbdRequestHeader *h)
+{
+    NbdServer *srv = c->srv;
+    NbdRequest *req = g_new0(NbdRequest, 1);
+
+    req->client = c;
+    req->h = *h;
+    nbdsrv_client_ref(c);
+    c->in_flight++;
+    srv->in_flight++;
+    srv->stats.max_client_in_flight = MAX(srv->stats.max_client_in_flight,
+                                          c->in_flight);
+    return req;
+}
+
+void nbdsrv_req_free(NbdRequest *req)
+{
+    NbdClient *c = req->client;
+
+    qemu_vfree(req->buf);
+    if (req->extents) {
+        g_array_unref(req->extents);
+    }
+    nbdsrv_client_release(c, req->held);
+    c->in_flight--;
+    c->srv->in_flight--;
+    g_free(req);
+    nbdsrv_client_resume(c);
+    if (!c->closed && c->finishing && !c->in_flight &&
+        g_queue_is_empty(&c->out)) {
+        nbdsrv_client_close(c, false);
+    }
+    nbdsrv_client_unref(c);
+}
+
+/* ---- output ---- */
+
+void nbdsrv_client_queue(NbdClient *c, const void *hdr, size_t hdr_len,
+                         void *data, size_t data_len,
+                         GDestroyNotify free_data)
+{
+    NbdOut *o;
+
+    g_assert(hdr_len <= sizeof(o->hdr) && hdr_len + data_len > 0);
+    if (c->closed) {
+        if (data && free_data) {
+            free_data(data);
+        }
+        return;
+    }
+    o = g_new0(NbdOut, 1);
+    if (hdr_len) {
+        memcpy(o->hdr, hdr, hdr_len);
+    }
+    o->hdr_len = hdr_len;
+    o->data = data;
+    o->data_len = data_len;
+    o->free_data = free_data;
+    if (g_queue_is_empty(&c->out)) {
+        c->out_since_us = g_get_monotonic_time();
+    }
+    g_queue_push_tail(&c->out, o);
+    c->out_bytes += hdr_len + data_len;
+    nbdsrv_held_add(c, NBDSRV_OUT_HELD(o));
+    nbdsrv_client_update(c);
+}
+
+static void nbdsrv_out_free(NbdOut *o)
+{
+    if (o->data && o->free_data) {
+        o->free_data(o->data);
+    }
+    g_free(o);
+}
+
+static int nbdsrv_out_iov(NbdClient *c, struct iovec *iov)
+{
+    int n = 0;
+
+    for (GList *l = c->out.head; l && n < NBDSRV_MAX_IOV - 1; l = l->next) {
+        NbdOut *o = l->data;
+        size_t data_sent = o->sent > o->hdr_len ? o->sent - o->hdr_len : 0;
+
+        if (o->sent < o->hdr_len) {
+            iov[n++] = (struct iovec) { o->hdr + o->sent,
+                                        o->hdr_len - o->sent };
+        }
+        if (o->data_len > data_sent) {
+            iov[n++] = (struct iovec) { (uint8_t *)o->data + data_sent,
+                                        o->data_len - data_sent };
+        }
+    }
+    return n;
+}
+
+/* Send what the socket takes.  Returns false when the client was closed. */
+static bool nbdsrv_client_send(NbdClient *c)
+{
+    uint64_t freed = 0, held = 0;
+
+    while (!g_queue_is_empty(&c->out)) {
+        struct iovec iov[NBDSRV_MAX_IOV];
+        struct msghdr msg = { .msg_iov = iov };
+        ssize_t n;
+
+        msg.msg_iovlen = nbdsrv_out_iov(c, iov);
+        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        }
+        if (n < 0) {
+            nbdsrv_client_close(c, false);
+            return false;
+        }
+        c->out_since_us = g_get_monotonic_time();
+        while (n > 0) {
+            NbdOut *o = g_queue_peek_head(&c->out);
+            size_t left = o->hdr_len + o->data_len - o->sent;
+
+            if ((size_t)n < left) {
+                o->sent += n;
+                break;
+            }
+            n -= left;
+            freed += o->hdr_len + o->data_len;
+            held += NBDSRV_OUT_HELD(o);
+            nbdsrv_out_free(g_queue_pop_head(&c->out));
+        }
+    }
+    if (freed) {
+        c->out_bytes -= freed;
+        nbdsrv_held_sub(c, held);
+    }
+    return true;
+}
+
+static gboolean nbdsrv_client_writable(int fd, GIOCondition cond,
+                                       gpointer opaque)
+{
+    NbdClient *c = opaque;
+
+    nbdsrv_client_ref(c);
+    if (nbdsrv_client_send(c)) {
+        nbdsrv_client_update(c);
+    }
+    nbdsrv_client_unref(c);
+    return G_SOURCE_CONTINUE;
+}
+
+/* ---- input ---- */
+
+/* Parse buffered input until more is needed, a limit pauses us, or the
+ * connection ends. */
+static void nbdsrv_client_process(NbdClient *c)
+{
+    while (!c->closed && !c->paused) {
+        size_t avail = c->rlen - c->rpos;
+        const uint8_t *p = c->rbuf ? c->rbuf + c->rpos : NULL;
+        size_t n;
+
+        switch (c->rstate) {
+        case NBDR_CLIENT_FLAGS:
+            if (avail < 4) {
+                return;
+            }
+            c->rpos += 4;
+            nbdsrv_opts_client_flags(c, nbdsrv_get32(p));
+            break;
+        case NBDR_OPT_HEADER:
+            if (avail < NBD_OPT_HEADER_SIZE) {
+                return;
+            }
+            if (c->out_bytes > NBDSRV_MAX_OPTION_OUTPUT) {
+                c->paused = true;   /* resumed when replies are sent */
+                return;
+            }
+            c->rpos += NBD_OPT_HEADER_SIZE;
+            nbdsrv_opts_header(c, nbdsrv_get64(p), nbdsrv_get32(p + 8),
+                               nbdsrv_get32(p + 12));
+            break;
+        case NBDR_OPT_DATA:
+            n = MIN(avail, c->opt_len - c->opt_got);
+            if (n) {
+                memcpy(c->opt_data + c->opt_got, p, n);
+            }
+            c->rpos += n;
+            c->opt_got += n;
+            if (c->opt_got < c->opt_len) {
+                return;
+            }
+            nbdsrv_opts_handle(c, false);
+            break;
+        case NBDR_REQ_HEADER: {
+            NbdRequestHeader h;
+
+            if (c->finishing) {
+                c->rstate = NBDR_STOPPED;
+                return;
+            }
+            if (avail < NBD_REQUEST_SIZE) {
+                return;
+            }
+            h = (NbdRequestHeader) {
+                .magic = nbdsrv_get32(p),
+                .flags = nbdsrv_get16(p + 4),
+                .type = nbdsrv_get16(p + 6),
+                .cookie = nbdsrv_get64(p + 8),
+                .offset = nbdsrv_get64(p + 16),
+                .len = nbdsrv_get32(p + 24),
+            };
+            if (!nbdsrv_cmd_start(c, &h)) {
+                return;     /* paused; the header stays buffered */
+            }
+            if (!c->closed) {
+                c->rpos += NBD_REQUEST_SIZE;
+            }
+            break;
+        }
+        case NBDR_PAYLOAD: {
+            NbdRequest *req = c->payload_req;
+
+            n = MIN(avail, req->h.len - req->got);
+            if (n) {
+                memcpy(req->buf + req->got, p, n);
+            }
+            c->rpos += n;
+            req->got += n;
+            if (req->got < req->h.len) {
+                return;
+            }
+            nbdsrv_cmd_payload_done(c);
+            break;
+        }
+        case NBDR_SKIP:
+            n = MIN(avail, c->skip_left);
+            c->rpos += n;
+            c->skip_left -= n;
+            if (c->skip_left) {
+                return;
+            }
+            if (c->skip_then == NBDSKIP_OPT_TOO_BIG) {
+                nbdsrv_opts_handle(c, true);
+            } else {
+                c->rstate = NBDR_REQ_HEADER;
+            }
+            break;
+        case NBDR_STOPPED:
+            return;
+        }
+    }
+}
+
+/* Read what the socket has.  Returns false when the client was closed. */
+static bool nbdsrv_client_recv(NbdClient *c)
+{
+    ssize_t n;
+
+    if (c->rstate == NBDR_PAYLOAD && c->rpos == c->rlen) {
+        /* Straight into the request's buffer. */
+        NbdRequest *req = c->payload_req;
+
+        n = recv(c->fd, req->buf + req->got, req->h.len - req->got, 0);
+        if (n > 0) {
+            req->got += n;
+            return true;
+        }
+    } else {
+        if (!c->rbuf) {
+            c->rbuf = g_malloc(NBDSRV_RBUF_SIZE);
+        }
+        if (c->rpos) {
+            memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+            c->rlen -= c->rpos;
+            c->rpos = 0;
+        }
+        if (c->rlen == NBDSRV_RBUF_SIZE) {
+            return true;
+        }
+        n = recv(c->fd, c->rbuf + c->rlen, NBDSRV_RBUF_SIZE - c->rlen, 0);
+        if (n > 0) {
+            c->rlen += n;
+            return true;
+        }
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+                  errno == EINTR)) {
+        return true;
+    }
+    /* End of file or a socket error: the client is gone. */
+    nbdsrv_client_close(c, false);
+    return false;
+}
+
+static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
+                                       gpointer opaque)
+{
+    NbdClient *c = opaque;
+
+    nbdsrv_client_ref(c);
+    if (nbdsrv_client_recv(c)) {
+        nbdsrv_client_process(c);
+        nbdsrv_client_update(c);
+    }
+    nbdsrv_client_unref(c);
+    return G_SOURCE_CONTINUE;
+}
+
+static gboolean nbdsrv_client_kick_cb(gpointer opaque)
+{
+    NbdClient *c = opaque;
+
+    nbdsrv_source_clear(&c->kick_src);
+    nbdsrv_client_ref(c);
+    nbdsrv_client_process(c);
+    nbdsrv_client_update(c);
+    nbdsrv_client_unref(c);
+    return G_SOURCE_REMOVE;
+}
+
+static void nbdsrv_client_kick(NbdClient *c)
+{
+    if (!c->kick_src && !c->closed) {
+        c->kick_src = nbdsrv_timer(c->srv, 0, nbdsrv_client_kick_cb, c);
+    }
+}
+
+/* ---- connection lifetime ---- */
+
+void nbdsrv_client_update(NbdClient *c)
+{
+    bool want_in, want_out;
+
+    if (c->closed) {
+        return;
+    }
+    if (c->finishing && !c->in_flight && g_queue_is_empty(&c->out) &&
+        c->rstate == NBDR_STOPPED) {
+        nbdsrv_client_close(c, false);
+        return;
+    }
+    want_in = !c->paused && c->rstate != NBDR_STOPPED &&
+              !(c->finishing && c->rstate == NBDR_REQ_HEADER);
+    want_out = !g_queue_is_empty(&c->out);
+    if (want_in && !c->in_src) {
+        c->in_src = nbdsrv_fd_watch(c->srv, c->fd,
+                                    G_IO_IN | G_IO_HUP | G_IO_ERR,
+                                    nbdsrv_client_readable, c);
+    } else if (!want_in) {
+        nbdsrv_source_clear(&c->in_src);
+    }
+    if (want_out && !c->out_src) {
+        c->out_src = nbdsrv_fd_watch(c->srv, c->fd,
+                                     G_IO_OUT | G_IO_HUP | G_IO_ERR,
+                                     nbdsrv_client_writable, c);
+    } else if (!want_out) {
+        nbdsrv_source_clear(&c->out_src);
+    }
+}
+
+void nbdsrv_client_finish(NbdClient *c)
+{
+    c->finishing = true;
+    c->rstate = NBDR_STOPPED;
+    nbdsrv_client_update(c);
+}
+
+void nbdsrv_client_ref(NbdClient *c)
+{
+    c->refcnt++;
+}
+
+static gboolean nbdsrv_finalize_cb(gpointer opaque)
+{
+    nbdsrv_finalize(opaque);
+    return G_SOURCE_REMOVE;
+}
+
+void nbdsrv_client_unref(NbdClient *c)
+{
+    NbdServer *srv = c->srv;
+
+    g_assert(c->refcnt > 0);
+    if (--c->refcnt) {
+        return;
+    }
+    g_assert(c->closed && !c->in_flight && !c->payload_req);
+    g_queue_unlink(&srv->clients, &c->link);
+    g_free(c);
+    if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
+        /* We may be inside a block layer completion: release the node
+         * from the main loop. */
+        srv->final_src = nbdsrv_timer(srv, 0, nbdsrv_finalize_cb, srv);
+    }
+}
+
+void nbdsrv_client_close(NbdClient *c, bool protocol_error)
+{
+    NbdServer *srv = c->srv;
+    uint64_t freed = 0;
+    NbdOut *o;
+
+    if (c->closed) {
+        return;
+    }
+    c->closed = true;
+    if (protocol_error) {
+        srv->stats.protocol_errors++;
+    }
+    nbdsrv_source_clear(&c->in_src);
+    nbdsrv_source_clear(&c->out_src);
+    nbdsrv_source_clear(&c->kick_src);
+    if (c->wait_global) {
+        c->wait_global = false;
+        srv->global_waiters--;
+    }
+    c->paused = false;
+    close(c->fd);
+    c->fd = -1;
+    while ((o = g_queue_pop_head(&c->out))) {
+        freed += NBDSRV_OUT_HELD(o);
+        nbdsrv_out_free(o);
+    }
+    c->out_bytes = 0;
+    g_clear_pointer(&c->rbuf, g_free);
+    g_clear_pointer(&c->opt_data, g_free);
+    c->rpos = c->rlen = 0;
+    c->rstate = NBDR_STOPPED;
+    srv->live_clients--;
+    if (c->payload_req) {
+        /* A WRITE whose payload never fully arrived: never submitted. */
+        NbdRequest *req = c->payload_req;
+
+        c->payload_req = NULL;
+        nbdsrv_req_free(req);
+    }
+    if (freed) {
+        nbdsrv_held_sub(c, freed);
+    }
+    nbdsrv_client_unref(c);     /* the socket's reference */
+}
+
+void nbdsrv_client_new(NbdServer *srv, int fd)
+{
+    NbdClient *c = g_new0(NbdClient, 1);
+
+    c->srv = srv;
+    c->fd = fd;
+    c->refcnt = 1;
+    c->link.data = c;
+    c->rstate = NBDR_CLIENT_FLAGS;
+    c->connected_us = g_get_monotonic_time();
+    g_queue_push_tail_link(&srv->clients, &c->link);
+    srv->live_clients++;
+    srv->stats.accepted++;
+    nbdsrv_opts_greet(c);
+    nbdsrv_client_update(c);
+}

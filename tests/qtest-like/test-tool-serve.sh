@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# mirror-tool serve (block/export-nbd.c) against real NBD clients: nbdinfo
+# (size, list, map), qemu-io (patterns, zeroes, discard, flush), qemu-img
+# compare, nbdcopy in and out, fio's nbd engine with verification, two
+# concurrent writers, a read-only export, a TCP export on a free port, a
+# qcow2 image, hostile clients (python3), and SIGINT/SIGTERM ending the
+# server with exit 0.
+#
+# Every client run is wrapped in `timeout` so a hang fails the test.
+#
+# Copyright (C) 2026 qemu-mirror authors
+# SPDX-License-Identifier: GPL-2.0-or-later
+
+. "${TEST_LIB:-$(dirname "$0")/lib.sh}"
+requires timeout cmp truncate dd python3 nbdinfo nbdcopy qemu-io qemu-img
+
+TMO="timeout 120"
+
+# start_serve NAME ARGS...: `mirror-tool serve ARGS` in the background,
+# waited for until it prints "serving on ADDR"; sets addr.
+start_serve()
+{
+    local name=$1 pid
+    shift
+    rm -f "$name.out" "$name.err"
+    "$T" serve "$@" >"$name.out" 2>"$name.err" &
+    pid=$!
+    track_pid "$pid"
+    eval "pid_$name=$pid"
+    wait_for 20 "mirror-tool serve ($name) to listen" \
+        grep -q '^serving on ' "$name.out"
+    addr=$(sed -n 's/^serving on //p' "$name.out")
+}
+
+not_running()
+{
+    ! kill -0 "$1" 2>/dev/null
+}
+
+# stop_serve NAME SIGNAL: the server exits 0 within 10 s.
+stop_serve()
+{
+    local pid rc
+    eval "pid=\$pid_$1"
+    kill -"$2" "$pid" || fail "$1: no server to signal"
+    wait_for 10 "mirror-tool serve ($1) to exit on SIG$2" not_running "$pid"
+    wait "$pid"
+    rc=$?
+    untrack_pid "$pid"
+    [ "$rc" = 0 ] || { cat "$1.err" >&2; fail "$1: exit code $rc on SIG$2"; }
+}
+
+alive()
+{
+    local pid
+    eval "pid=\$pid_$1"
+    kill -0 "$pid" 2>/dev/null || fail "$1: the server died"
+}
+
+# --- bad usage --------------------------------------------------------------
+make_sparse_image img.raw 64M 0:1M 5M:3M 20M+7:100K 64M-4K:4K
+remember_sum img.raw
+expect_exit 2 "$T" serve
+expect_exit 2 "$T" serve foo:bar img.raw
+stderr_has "expected unix:PATH or tcp:HOST:PORT"
+stderr_one_line
+expect_exit 2 "$T" serve "unix:$scratch/x.sock" missing.raw
+expect_exit 2 "$T" serve -f bogus "unix:$scratch/x.sock" img.raw
+expect_exit 2 "$T" serve tcp:127.0.0.1:70000 img.raw
+touch plain
+expect_exit 2 "$T" serve "unix:$scratch/plain" img.raw
+stderr_has "exists and is not a socket"
+[ -f plain ] || fail "a regular file at the socket path was removed"
+assert_unchanged img.raw
+ok "bad usage exits 2 and touches nothing"
+
+# --- nbdinfo ----------------------------------------------------------------
+start_serve main -f raw --export-name exp1 "unix:$scratch/s.sock" img.raw
+[ "$addr" = "unix:$scratch/s.sock" ] || fail "printed address '$addr'"
+uri="nbd+unix:///exp1?socket=$scratch/s.sock"
+expect_ok $TMO nbdinfo --size "$uri"
+[ "$(cat "$last_out")" = 67108864 ] || fail "nbdinfo --size: $(cat "$last_out")"
+expect_ok $TMO nbdinfo --list --json "nbd+unix:///?socket=$scratch/s.sock"
+grep -q '"export-name": "exp1"' "$last_out" || fail "--list lacks exp1"
+grep -q '"is_read_only": false' "$last_out" || fail "export not writable"
+grep -q '"can_multi_conn": true' "$last_out" || fail "no multi-conn"
+grep -q '"block_size_maximum": 33554432' "$last_out" || fail "max block"
+ok "nbdinfo: size and --list"
+
+# nbdinfo --map agrees with mirror-tool map about data and holes.
+map_agrees()
+{
+    local out
+    expect_ok $TMO nbdinfo --map --json "$uri"
+    cp "$last_out" nbdmap.json
+    map_json img.raw toolmap.json
+    out=$(python3 - nbdmap.json toolmap.json <<'EOF'
+import json, sys
+def runs(pairs):
+    out = []
+    for start, length, kind in pairs:
+        if out and out[-1][2] == kind and out[-1][0] + out[-1][1] == start:
+            out[-1][1] += length
+        else:
+            out.append([start, length, kind])
+    return out
+nbd = runs((e["offset"], e["length"], "data" if e["type"] == 0 else
+            "hole" if e["type"] == 3 else "type%d" % e["type"])
+           for e in json.load(open(sys.argv[1])))
+tool = runs((e["start"], e["length"], "data" if e["data"] else
+             "hole" if e["zero"] else "unknown")
+            for e in json.load(open(sys.argv[2])))
+if nbd != tool:
+    print("nbdinfo %s != mirror-tool map %s" % (nbd, tool))
+    sys.exit(1)
+if len(nbd) < 3:
+    print("expected holes and data, got %s" % nbd)
+    sys.exit(1)
+EOF
+    ) || fail "map: $out"
+}
+map_agrees
+ok "nbdinfo --map agrees with the image's data and holes"
+
+# --- qemu-io and qemu-img compare -------------------------------------------
+expect_ok $TMO qemu-io -f raw \
+    -c 'write -P 0xab 1M 64k' -c 'write -P 0xcd 3000 5000' \
+    -c 'write -z 5M 128k' -c 'write -z -u 6M 64k' -c 'discard 7M 64k' \
+    -c 'write -P 0x11 63M 1M' -c 'write -f -P 0x22 2M 4k' -c flush \
+    -c 'read -P 0xab 1M 64k' -c 'read -P 0xcd 3000 5000' \
+    -c 'read -P 0 5M 128k' -c 'read -P 0 6M 64k' -c 'read -P 0x11 63M 1M' \
+    -c 'read -P 0x22 2M 4k' "$uri"
+grep -q 'Pattern verification failed' "$last_out" "$last_err" &&
+    fail "qemu-io: pattern verification failed"
+[ "$(grep -c '^read ' "$last_out")" = 6 ] || fail "qemu-io: reads missing"
+ok "qemu-io: patterned writes, write -z, discard, flush, read back"
+
+expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$uri"
+ok "qemu-img compare: the image and the export are identical"
+# The comparison can fail: a copy with one byte changed differs.
+cp img.raw changed.raw
+printf '\x5a' | dd of=changed.raw bs=1 seek=$((40 * 1024 * 1024)) \
+    conv=notrunc status=none
+expect_exit 1 $TMO qemu-img compare -f raw -F raw changed.raw "$uri"
+ok "qemu-img compare notices a changed byte"
+map_agrees
+ok "nbdinfo --map still agrees after writes, zeroes and discards"
+
+# --- nbdcopy out of and into the export -------------------------------------
+expect_ok $TMO nbdcopy "$uri" out.raw
+assert_same img.raw out.raw "nbdcopy out of the export"
+ok "nbdcopy out of the export is byte-identical"
+make_random_image rnd.raw 64M
+expect_ok $TMO nbdcopy rnd.raw "$uri"
+assert_same rnd.raw img.raw "nbdcopy into the export"
+ok "nbdcopy into the export is byte-identical"
+
+# --- fio --------------------------------------------------------------------
+if command -v fio >/dev/null && fio --enghelp=nbd >/dev/null 2>&1; then
+    cat >rand.fio <<EOF
+[global]
+ioengine=nbd
+uri=$uri
+size=64M
+bsrange=4k-64k
+iodepth=32
+verify=crc32c
+verify_fatal=1
+do_verify=1
+[randwrite]
+rw=randwrite
+io_size=48M
+EOF
+    expect_ok $TMO fio --output-format=json --output=fio.json rand.fio
+    python3 - fio.json <<'EOF' || fail "fio: no verified writes"
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+assert j["error"] == 0, j["error"]
+assert j["write"]["io_bytes"] >= 48 << 20, j["write"]["io_bytes"]
+assert j["read"]["io_bytes"] > 0, "nothing was read back to verify"
+EOF
+    expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$uri"
+    ok "fio nbd engine: random 4k..64k writes verified with crc32c"
+else
+    ok "fio nbd engine # SKIP fio or its nbd engine is missing"
+fi
+
+# --- two clients writing disjoint ranges at once ----------------------------
+$TMO qemu-io -f raw -c 'write -P 0x61 8M 4M' -c 'aio_flush' "$uri" \
+    >w1.out 2>&1 &
+w1=$!
+$TMO qemu-io -f raw -c 'write -P 0x62 12M 4M' "$uri" >w2.out 2>&1 &
+w2=$!
+wait "$w1" || fail "writer 1: $(cat w1.out)"
+wait "$w2" || fail "writer 2: $(cat w2.out)"
+expect_ok $TMO qemu-io -f raw -c 'read -P 0x61 8M 4M' \
+    -c 'read -P 0x62 12M 4M' "$uri"
+grep -q 'Pattern verification failed' "$last_out" "$last_err" &&
+    fail "concurrent writers: wrong data"
+expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$uri"
+ok "two clients writing disjoint ranges at once"
+
+# --- hostile clients --------------------------------------------------------
+remember_sum img.raw
+expect_ok $TMO python3 - "$scratch/s.sock" "$uri" <<'EOF'
+import socket, struct, subprocess, sys, time
+
+path, uri = sys.argv[1], sys.argv[2]
+INIT, OPTS = 0x4e42444d41474943, 0x49484156454f5054
+
+def conn():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    return s
+
+def read(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise EOFError("closed after %d of %d bytes" % (len(b), n))
+        b += c
+    return b
+
+def closed(s):
+    try:
+        while s.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+def greet(s, flags=3):
+    init, opts, hflags = struct.unpack(">QQH", read(s, 18))
+    assert (init, opts, hflags) == (INIT, OPTS, 3), (init, opts, hflags)
+    s.sendall(struct.pack(">I", flags))
+
+def transmission():
+    s = conn()
+    greet(s)
+    s.sendall(struct.pack(">QII", OPTS, 1, 4) + b"exp1")   # EXPORT_NAME
+    size, flags = struct.unpack(">QH", read(s, 10))
+    assert size == 64 << 20, size
+    return s
+
+def request(s, typ, off, length, flags=0, cookie=1, payload=b""):
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, flags, typ, cookie, off,
+                          length) + payload)
+
+def reply(s, data_len=0):
+    magic, err, cookie = struct.unpack(">IIQ", read(s, 16))
+    assert magic == 0x67446698, hex(magic)
+    data = read(s, data_len) if err == 0 and data_len else b""
+    return err, cookie, data
+
+# Garbage instead of a handshake; bad option magic; truncated flags.
+s = conn(); s.sendall(b"GET / HTTP/1.0\r\n\r\n"); assert closed(s)
+s = conn(); greet(s); s.sendall(b"\0" * 16); assert closed(s)
+s = conn(); read(s, 18); s.sendall(b"\0\0"); s.close()
+# An option announcing 4 GiB of data, then gone.
+s = conn(); greet(s); s.sendall(struct.pack(">QII", OPTS, 77, 0xffffffff))
+s.sendall(b"x" * 100000); s.close()
+# Requests out of bounds, too long, unknown; the connection survives.
+s = transmission()
+request(s, 0, 64 << 20, 512, cookie=2)
+assert reply(s)[:2] == (22, 2)
+request(s, 0, 0, 64 << 20, cookie=3)
+assert reply(s)[:2] == (22, 3)
+request(s, 1, (64 << 20) - 10, 4096, cookie=4, payload=b"\xee" * 4096)
+assert reply(s)[:2] == (28, 4)
+request(s, 99, 0, 512, cookie=5)
+assert reply(s)[:2] == (22, 5)
+request(s, 0, 0, 0, cookie=6)
+assert reply(s)[:2] == (0, 6)
+request(s, 0, 0, 4096, cookie=7)
+err, cookie, data = reply(s, 4096)
+assert (err, cookie, len(data)) == (0, 7, 4096)
+# Bad request magic: the server hangs up.
+s.sendall(b"\xde\xad\xbe\xef" * 7); assert closed(s)
+# Gone in the middle of a WRITE payload.
+s = transmission()
+request(s, 1, 0, 1 << 20, cookie=8, payload=b"\xee" * 1000)
+s.close()
+# 200 connections at once, then all closed.
+many = [conn() for _ in range(200)]
+for i, c in enumerate(many):
+    if i % 2:
+        read(c, 18)
+for c in many:
+    c.close()
+# A client that never reads its replies does not stop the others.
+lazy = transmission()
+for i in range(100):
+    request(lazy, 0, (i % 60) << 20, 1 << 20, cookie=i)
+time.sleep(0.5)
+subprocess.run(["nbdinfo", "--size", uri], check=True, timeout=30,
+               stdout=subprocess.DEVNULL)
+subprocess.run(["qemu-io", "-f", "raw", "-c", "read 0 4M", uri], check=True,
+               timeout=30, stdout=subprocess.DEVNULL)
+lazy.close()
+EOF
+alive main
+assert_unchanged img.raw "the image after hostile clients"
+expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$uri"
+ok "hostile clients: the server stays up, serves others, data intact"
+
+stop_serve main TERM
+[ -e s.sock ] && fail "the socket was not removed"
+ok "SIGTERM: exit 0, socket removed"
+
+# --- read-only --------------------------------------------------------------
+remember_sum img.raw
+start_serve ro --read-only "unix:$scratch/ro.sock" img.raw
+ro_uri="nbd+unix:///?socket=$scratch/ro.sock"
+expect_ok $TMO nbdinfo --json "$ro_uri"
+grep -q '"is_read_only": true' "$last_out" || fail "export not read-only"
+run $TMO qemu-io -f raw -c 'write -P 1 0 4k' "$ro_uri"
+[ "$last_rc" != 0 ] || grep -q -i 'read-only\|not permitted' "$last_out" \
+    "$last_err" || fail "qemu-io wrote to a read-only export"
+expect_ok $TMO python3 - "$scratch/ro.sock" <<'EOF'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b)); assert c; b += c
+    return b
+read(18); s.sendall(struct.pack(">I", 3))
+s.sendall(struct.pack(">QII", 0x49484156454f5054, 1, 0))
+size, flags = struct.unpack(">QH", read(10))
+assert flags & 2, "READ_ONLY flag missing"
+for cookie, typ in ((1, 1), (2, 4), (3, 6)):    # WRITE, TRIM, WRITE_ZEROES
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, typ, cookie, 0, 512) +
+              (b"\x01" * 512 if typ == 1 else b""))
+    magic, err, c = struct.unpack(">IIQ", read(16))
+    assert (err, c) == (1, cookie), (err, c)        # EPERM
+EOF
+expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$ro_uri"
+stop_serve ro INT
+assert_unchanged img.raw "the read-only export"
+ok "read-only export refuses writes (EPERM), SIGINT exits 0"
+
+# --- TCP on a free port -----------------------------------------------------
+start_serve tcp "tcp:127.0.0.1:0" img.raw
+case $addr in
+    tcp:127.0.0.1:[1-9]*) ;;
+    *) fail "printed address '$addr'" ;;
+esac
+tcp_uri="nbd://127.0.0.1:${addr##*:}/"
+expect_ok $TMO nbdinfo --size "$tcp_uri"
+[ "$(cat "$last_out")" = 67108864 ] || fail "TCP size"
+expect_ok $TMO qemu-io -f raw -c 'write -P 0x77 10M 1M' \
+    -c 'read -P 0x77 10M 1M' "$tcp_uri"
+expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$tcp_uri"
+stop_serve tcp TERM
+ok "TCP export on 127.0.0.1, port 0"
+
+# --- qcow2 ------------------------------------------------------------------
+expect_ok qemu-img create -q -f qcow2 img.qcow2 32M
+start_serve q -f qcow2 "unix:$scratch/q.sock" img.qcow2
+q_uri="nbd+unix:///?socket=$scratch/q.sock"
+make_sparse_image src32.raw 32M 0:1M 9M:2M 31M:1M
+expect_ok $TMO nbdcopy src32.raw "$q_uri"
+expect_ok $TMO qemu-img compare -f raw -F raw src32.raw "$q_uri"
+stop_serve q TERM
+expect_ok qemu-img compare -f raw -F qcow2 src32.raw img.qcow2
+expect_ok qemu-img check -q img.qcow2
+ok "a qcow2 image through the export: identical, clean"
