@@ -195,12 +195,12 @@ report() {
         if ((best < 0)) || gt "${MW[best]}" "${MW[k]}"; then best=$k; fi
     done
     if [[ $MODE == compare ]]; then
-        ((best >= 0)) || { echo "== $2: no peer finished =="; return; }
-        ref=$best what="best peer, ${LABEL[best]}"
+        ref=$best what="best peer, none finished"
+        ((best < 0)) || what="best peer, ${LABEL[best]}"
     else
         ref=$REF what="defaults, ${LABEL[REF]}"
     fi
-    bestw=${MW[ref]}
+    bestw=nan; ((ref < 0)) || bestw=${MW[ref]}
     echo
     echo "== $2 (RUNS=$RUNS; ratio = median wall / median wall of the $what) =="
     awk -F'\t' -v w="$wl" '$1 == w { n++; s += $7; if ($7 > m) m = $7 } END {
@@ -214,6 +214,7 @@ report() {
     for ((k = 0; k < NROWS; k++)); do
         [[ -n ${LIMIT[k]} ]] || continue
         rss_ok=$(rss_check "$k") lim_mib=$((LIMIT[k] / MiB))
+        [[ ${MW[k]} != nan ]] || rss_ok="no run finished"
         r=$(ratio "${MW[k]}" "$bestw")
         if [[ $MODE == compare ]]; then
             ok=no
@@ -231,7 +232,10 @@ report() {
         printf '  %-50s %s\n' "${LABEL[k]}:" \
             "$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r { print $3 }' "$STATS")"
     done
-    awk -F'\t' -v w="$wl" '$1 == w { printf "failure %s: row %s: %s\n", w, $2, $3 }' "$FAILS"
+    while IFS=$'\t' read -r w k r; do
+        [[ $w == "$wl" ]] && echo "failure $wl: ${LABEL[k]}: $r"
+    done <"$FAILS"
+    return 0
 }
 
 # --- main -------------------------------------------------------------------

@@ -141,10 +141,7 @@ void nbdsrv_req_free(NbdRequest *req)
     c->srv->in_flight--;
     g_free(req);
     nbdsrv_client_resume(c);
-    if (!c->closed && c->finishing && !c->in_flight &&
-        g_queue_is_empty(&c->out)) {
-        nbdsrv_client_close(c, false);
-    }
+    nbdsrv_client_update(c);    /* a finishing client may be done */
     nbdsrv_client_unref(c);
 }
 

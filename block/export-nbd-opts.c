@@ -200,16 +200,60 @@ static void nbdsrv_opt_info(NbdClient *c, const uint8_t *d, uint32_t len,
 }
 
 /*
- * NBD_OPT_LIST_META_CONTEXT (@set false) and NBD_OPT_SET_META_CONTEXT:
- * export name, then counted queries.  We know base:allocation only.
+ * Parse the data of NBD_OPT_LIST_META_CONTEXT (@set false) or
+ * NBD_OPT_SET_META_CONTEXT: export name, then counted queries.  We know
+ * base:allocation only; *@want tells whether the queries select it.
+ * Returns false when the data is malformed.
  */
+static bool nbdsrv_meta_parse(const uint8_t *d, uint32_t len, bool set,
+                              uint32_t *namelen, bool *want)
+{
+    uint32_t nq, pos;
+
+    *want = false;
+    if (len < 8 || (*namelen = nbdsrv_get32(d)) > len - 8) {
+        return false;
+    }
+    nq = nbdsrv_get32(d + 4 + *namelen);
+    pos = 8 + *namelen;
+    for (uint32_t i = 0; i < nq; i++) {
+        const uint8_t *q;
+        uint32_t qlen;
+
+        if (len - pos < 4) {
+            return false;
+        }
+        qlen = nbdsrv_get32(d + pos);
+        pos += 4;
+        if (qlen > len - pos || qlen > NBD_MAX_STRING) {
+            return false;
+        }
+        q = d + pos;
+        pos += qlen;
+        if (!memchr(q, ':', qlen)) {
+            return false;       /* a query starts with "namespace:" */
+        }
+        if (qlen == strlen(NBD_META_BASE_ALLOCATION) &&
+            !memcmp(q, NBD_META_BASE_ALLOCATION, qlen)) {
+            *want = true;
+        } else if (!set && qlen == 5 && !memcmp(q, "base:", 5)) {
+            *want = true;       /* the wildcard lists the namespace */
+        }
+        /* Unknown namespaces and leaf names are ignored. */
+    }
+    if (!set && nq == 0) {
+        *want = true;           /* no query: list everything */
+    }
+    return pos == len;
+}
+
 static void nbdsrv_opt_meta(NbdClient *c, const uint8_t *d, uint32_t len,
                             bool set)
 {
     static const char ctx[] = NBD_META_BASE_ALLOCATION;
-    uint32_t namelen, nq, pos;
-    bool want = false;
     uint8_t reply[4 + sizeof(ctx) - 1];
+    uint32_t namelen;
+    bool want;
 
     if (set) {
         c->meta_base_alloc = false;     /* replaced even on failure */
@@ -219,40 +263,10 @@ static void nbdsrv_opt_meta(NbdClient *c, const uint8_t *d, uint32_t len,
                          "negotiate structured replies first");
         return;
     }
-    if (len < 8 || (namelen = nbdsrv_get32(d)) > len - 8) {
-        goto out_invalid;
-    }
-    nq = nbdsrv_get32(d + 4 + namelen);
-    pos = 8 + namelen;
-    for (uint32_t i = 0; i < nq; i++) {
-        const uint8_t *q;
-        uint32_t qlen;
-
-        if (len - pos < 4) {
-            goto out_invalid;
-        }
-        qlen = nbdsrv_get32(d + pos);
-        pos += 4;
-        if (qlen > len - pos || qlen > NBD_MAX_STRING) {
-            goto out_invalid;
-        }
-        q = d + pos;
-        pos += qlen;
-        if (!memchr(q, ':', qlen)) {
-            goto out_invalid;   /* a query starts with "namespace:" */
-        }
-        if (qlen == strlen(ctx) && !memcmp(q, ctx, qlen)) {
-            want = true;
-        } else if (!set && qlen == 5 && !memcmp(q, "base:", 5)) {
-            want = true;        /* the wildcard lists the namespace */
-        }
-        /* Unknown namespaces and leaf names are ignored. */
-    }
-    if (pos != len) {
-        goto out_invalid;
-    }
-    if (!set && nq == 0) {
-        want = true;            /* no query: list everything */
+    if (!nbdsrv_meta_parse(d, len, set, &namelen, &want)) {
+        nbdsrv_opt_error(c, NBD_REP_ERR_INVALID,
+                         "malformed meta context request");
+        return;
     }
     if (!nbdsrv_name_matches(c, d + 4, namelen)) {
         nbdsrv_opt_error(c, NBD_REP_ERR_UNKNOWN, "no such export");
@@ -267,11 +281,6 @@ static void nbdsrv_opt_meta(NbdClient *c, const uint8_t *d, uint32_t len,
         c->meta_base_alloc = want;
     }
     nbdsrv_opt_ack(c);
-    return;
-
-out_invalid:
-    nbdsrv_opt_error(c, NBD_REP_ERR_INVALID, "malformed meta context "
-                     "request");
 }
 
 static bool nbdsrv_opt_known(uint32_t opt)

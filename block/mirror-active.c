@@ -39,7 +39,7 @@ bool mirror_is_write_blocking(Job *job)
     MirrorJob *s = container_of(job, MirrorJob, common);
 
     return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           !s->finished && !s->stopping && s->ret == 0 &&
+           s->dirty && !s->finished && !s->stopping && s->ret == 0 &&
            !job_is_cancelled(job);
 }
 

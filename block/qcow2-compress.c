@@ -104,6 +104,89 @@ static void qcow2_deflate_free(gpointer p)
 static GPrivate qcow2_deflate_key = G_PRIVATE_INIT(qcow2_deflate_free);
 
 /*
+ * Incompressible data (random, already compressed) costs a full deflate
+ * for nothing: before compressing a cluster larger than 4 KiB, deflate
+ * four 1 KiB samples spread over it at the fastest level.  If none of
+ * them shrinks by an eighth, the cluster is stored normally.  This only
+ * ever gives up compression, never correctness; it can miss a cluster
+ * whose samples look random while the rest would compress.
+ */
+#define QCOW2_PROBE_SAMPLES     4
+#define QCOW2_PROBE_BYTES       1024
+
+static void qcow2_probe_free(gpointer p)
+{
+    z_stream *z = p;
+
+    deflateEnd(z);
+    g_free(z);
+}
+
+static GPrivate qcow2_probe_key = G_PRIVATE_INIT(qcow2_probe_free);
+
+static bool qcow2_worth_compressing(const uint8_t *in, int64_t cs)
+{
+    z_stream *z = g_private_get(&qcow2_probe_key);
+    uint8_t out[QCOW2_PROBE_BYTES];
+
+    if (cs <= 4096) {
+        return true;
+    }
+    if (!z) {
+        z = g_new0(z_stream, 1);
+        if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED, QCOW2_ZLIB_WINDOW_BITS,
+                         8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            g_free(z);
+            return true;
+        }
+        g_private_set(&qcow2_probe_key, z);
+    }
+    for (int i = 0; i < QCOW2_PROBE_SAMPLES; i++) {
+        if (deflateReset(z) != Z_OK) {
+            return true;
+        }
+        z->next_in = (Bytef *)in + i * (cs / QCOW2_PROBE_SAMPLES);
+        z->avail_in = QCOW2_PROBE_BYTES;
+        z->next_out = out;
+        z->avail_out = sizeof(out);
+        if (deflate(z, Z_FINISH) == Z_STREAM_END &&
+            sizeof(out) - z->avail_out < QCOW2_PROBE_BYTES * 7 / 8) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * At most one compression per CPU at a time: more pool workers than CPUs
+ * compressing only fight for the CPUs and their caches, and keep the
+ * workers that would read the source busy.
+ */
+static GMutex qcow2_compress_lock;
+static GCond qcow2_compress_cond;
+static int qcow2_compress_running;
+
+static void qcow2_compress_enter(void)
+{
+    int max = MAX(1, (int)g_get_num_processors());
+
+    g_mutex_lock(&qcow2_compress_lock);
+    while (qcow2_compress_running >= max) {
+        g_cond_wait(&qcow2_compress_cond, &qcow2_compress_lock);
+    }
+    qcow2_compress_running++;
+    g_mutex_unlock(&qcow2_compress_lock);
+}
+
+static void qcow2_compress_leave(void)
+{
+    g_mutex_lock(&qcow2_compress_lock);
+    qcow2_compress_running--;
+    g_cond_signal(&qcow2_compress_cond);
+    g_mutex_unlock(&qcow2_compress_lock);
+}
+
+/*
  * Compress one cluster (@in, @cs bytes) into @out (@cs - 1 bytes).
  * Returns the compressed size, 0 when it does not shrink, or -errno.
  */
@@ -216,7 +299,10 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
         memset(padded + bytes, 0, cs - bytes);
         buf = padded;
     }
-    clen = qcow2_deflate(buf, cs, out);
+    qcow2_compress_enter();
+    clen = qcow2_worth_compressing(buf, cs) ? qcow2_deflate(buf, cs, out)
+                                            : 0;
+    qcow2_compress_leave();
     ret = clen < 0 ? clen : 0;
     if (clen > 0) {
         ret = qcow2_store_compressed(s, guest, out, clen);

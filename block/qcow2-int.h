@@ -388,11 +388,19 @@ static inline int64_t qcow2_file_end(const BDRVQcow2State *s)
     return MAX(s->file_size, s->alloc_end);
 }
 
-/* ---- qcow2-io.c: file I/O, reads, writes ---- */
+/* ---- qcow2-file.c: file I/O and request bookkeeping ---- */
 
 /* Read exactly @bytes at @offset (metadata: a short read is -EIO). */
 int qcow2_pread(BDRVQcow2State *s, int64_t offset, void *buf,
                 int64_t bytes);
+
+/* Data: whatever lies past the end of the file reads as zero. */
+int qcow2_pread_data(BDRVQcow2State *s, int64_t offset, void *buf,
+                     int64_t bytes);
+
+/* Write all of @iov (@niov pieces) at @offset. */
+int qcow2_pwritev(BDRVQcow2State *s, int64_t offset, struct iovec *iov,
+                  int niov);
 
 /* Write all of @buf at @offset; with retries on EINTR. */
 int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
@@ -420,6 +428,8 @@ void qcow2_wait_allocs(BDRVQcow2State *s, int64_t offset, int64_t bytes);
 void qcow2_alloc_record_add(BDRVQcow2State *s, Qcow2AllocRecord *r,
                             int64_t start, int64_t end);
 void qcow2_alloc_record_remove(BDRVQcow2State *s, Qcow2AllocRecord *r);
+
+/* ---- qcow2-io.c: reads, writes ---- */
 
 /*
  * Read the guest range [@offset, @offset + @bytes), which lies inside one

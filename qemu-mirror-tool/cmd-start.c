@@ -12,7 +12,9 @@
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/job-runner.h"
 #include "qemu-mirror-tool/qmp-job.h"
+#include "block/export-nbd.h"
 #include "block/mirror.h"
+#include "block/mirror-top.h"
 #include "util/cutils.h"
 
 #include <stdio.h>
@@ -32,6 +34,8 @@ typedef struct StartOptions {
     char *qmp;
     char *job_id;
     char *connections;
+    char *export_addr;
+    char *export_name;
     gboolean qmp_wait;
     gboolean target_is_zero;
     gboolean progress;
@@ -44,7 +48,7 @@ static void start_options_clear(StartOptions *o)
         &o->src_format, &o->dst_format, &o->sync, &o->granularity,
         &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
-        &o->job_id, &o->connections,
+        &o->job_id, &o->connections, &o->export_addr, &o->export_name,
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
@@ -150,6 +154,10 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
     }
+    if (o->export_name && !o->export_addr) {
+        tool_error("--export-name needs --export ADDR");
+        return false;
+    }
     if (o->qmp_wait && !o->qmp) {
         tool_error("--qmp-wait needs --qmp PATH");
         return false;
@@ -159,6 +167,37 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
 out_err:
     tool_error("%s", err->message);
     return false;
+}
+
+static gboolean start_deadline_cb(gpointer opaque)
+{
+    *(bool *)opaque = true;
+    return G_SOURCE_REMOVE;
+}
+
+/* Let connected clients finish what they sent (up to 5 s), then go. */
+static void start_export_stop(NbdServer *export, BlockDriverState *top)
+{
+    bool late = false;
+
+    if (export) {
+        guint deadline = g_timeout_add_seconds(5, start_deadline_cb, &late);
+
+        nbdsrv_shutdown(export);
+        while (!nbdsrv_is_drained(export) && !late) {
+            g_main_context_iteration(NULL, TRUE);
+        }
+        if (!late) {
+            g_source_remove(deadline);
+        }
+        nbdsrv_free(export);
+        /* Requests the server abandoned still hold @top; they finish on
+         * the loop. */
+        while (mirror_top_in_flight(top)) {
+            g_main_context_iteration(NULL, TRUE);
+        }
+    }
+    bdrv_unref(top);
 }
 
 int cmd_start(int argc, char **argv)
@@ -172,6 +211,8 @@ int cmd_start(int argc, char **argv)
                                                            g_free, g_free);
     g_autoptr(GError) err = NULL;
     QmpServer *qmp = NULL;
+    BlockDriverState *top = NULL;
+    NbdServer *export = NULL;
     QmpJobHost host = { 0 };
     JobRunner runner;
     MirrorParams p;
@@ -211,6 +252,12 @@ int cmd_start(int argc, char **argv)
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,
           "serve QMP on this UNIX socket; stay in sync after READY until "
           "block-job-complete or block-job-cancel", "PATH" },
+        { "export", 0, 0, G_OPTION_ARG_STRING, &o.export_addr,
+          "serve the source over NBD on unix:PATH or tcp:HOST:PORT while "
+          "the job runs; after completion the export serves the target, "
+          "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
+        { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
+          "the NBD export name (default \"\")", "NAME" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
@@ -235,7 +282,9 @@ int cmd_start(int argc, char **argv)
         tool_error("source and target are the same image '%s'", argv[2]);
         goto out;
     }
-    src = tool_open_image("source", argv[1], o.src_format, 0,
+    /* Guests write to the source through the export. */
+    src = tool_open_image("source", argv[1], o.src_format,
+                          o.export_addr ? BDRV_O_RDWR : 0,
                           tool_nbd_options(argv[1], nbd_opts));
     if (!src) {
         goto out;
@@ -253,6 +302,19 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
 
+    if (o.export_addr) {
+        top = mirror_top_new(src, &err);
+        export = top ? nbdsrv_new(top, o.export_addr, o.export_name, false,
+                                  &err) : NULL;
+        if (!export) {
+            tool_error("--export '%s': %s", o.export_addr, err->message);
+            job_unref(job);
+            bdrv_unref(top);
+            goto out;
+        }
+        mirror_job_set_top(job, top);
+    }
+
     job_runner_init(&runner, argv[2], o.progress);
     runner.json = o.json;
     if (o.qmp) {
@@ -261,6 +323,7 @@ int cmd_start(int argc, char **argv)
             tool_error("%s", err->message);
             job_unref(job);
             job_runner_destroy(&runner);
+            start_export_stop(export, top);
             goto out;
         }
         host = (QmpJobHost) {
@@ -273,7 +336,20 @@ int cmd_start(int argc, char **argv)
     ret = job_runner_run(&runner, job);
     if (ret == TOOL_EXIT_OK) {
         job_runner_print_summary(&runner, stdout);
+        fflush(stdout);
     }
+    if (export && !runner.signal && !runner.quit) {
+        /* The export goes on, backed by the target after a completion. */
+        fprintf(stderr, "mirror-tool: the job is over; serving the %s on "
+                "%s until SIGINT, SIGTERM or QMP quit\n",
+                mirror_top_child(top) == dst ? "target" : "source",
+                o.export_addr);
+        job_runner_serve(&runner);
+        if (qmp) {
+            qmp_server_flush(qmp, 1000);   /* the reply to quit */
+        }
+    }
+    start_export_stop(export, top);
     qmp_server_free(qmp);
     job_runner_destroy(&runner);
 out:

@@ -75,6 +75,11 @@ static void job_runner_cancel(JobRunner *r, bool force)
 
 static void job_runner_interrupt(JobRunner *r, int sig)
 {
+    if (r->job && job_is_completed(r->job) && r->done) {
+        /* The job is over: only the serving stops. */
+        r->stop = true;
+        return;
+    }
     if (r->signal) {
         /* A second signal: stop at once. */
         tool_error("interrupted again; the target '%s' is incomplete",
@@ -103,6 +108,7 @@ void job_runner_quit(void *opaque)
     JobRunner *r = opaque;
 
     r->quit = true;
+    r->stop = true;
     job_runner_cancel(r, true);
 }
 
@@ -231,6 +237,11 @@ int job_runner_run(JobRunner *r, Job *job)
         qmp_server_flush(r->qmp, 1000);
     }
     return job_runner_outcome(r);
+}
+
+void job_runner_serve(JobRunner *r)
+{
+    tool_run_until(&r->stop);
 }
 
 void job_runner_print_summary(JobRunner *r, FILE *out)

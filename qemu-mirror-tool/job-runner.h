@@ -25,6 +25,7 @@ typedef struct JobRunner {
     bool started;           /* job_runner_run started the job */
     bool done;
     bool quit;              /* QMP quit */
+    bool stop;              /* a signal or quit asked us to stop */
     int signal;             /* SIGINT/SIGTERM received, or 0 */
     int64_t start_ns;
     int64_t ready_ns;
@@ -53,6 +54,12 @@ int job_runner_run(JobRunner *r, Job *job);
 /* Exit code and message for a signal that arrived before any job ran, or
  * TOOL_EXIT_OK if none did. */
 int job_runner_check_interrupted(JobRunner *r);
+
+/*
+ * After the job: keep the main loop running (an NBD export keeps serving)
+ * until SIGINT, SIGTERM or QMP quit.
+ */
+void job_runner_serve(JobRunner *r);
 
 /* What QMP `quit` does: cancel the job (if still running) and stop. */
 void job_runner_quit(void *opaque);

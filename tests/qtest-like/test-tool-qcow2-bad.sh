@@ -173,7 +173,7 @@ dcorrupt()
     fresh
     poke c.qcow2 "$off" 8 "$val"
     remember_sum c.qcow2
-    run bash -c "ulimit -v 4000000; $TMO \"$T\" convert c.qcow2 dc.raw"
+    run bash -c "$ULIMIT $TMO \"$T\" convert c.qcow2 dc.raw"
     [ "$last_rc" = 1 ] || fail "$what: expected exit 1, got $last_rc"
     stderr_has "Input/output error"
     assert_unchanged c.qcow2 "$what"

@@ -16,14 +16,20 @@ requires timeout cmp truncate dd python3 nbdinfo nbdcopy qemu-io qemu-img
 
 TMO="timeout 120"
 
-# start_serve NAME ARGS...: `mirror-tool serve ARGS` in the background,
-# waited for until it prints "serving on ADDR"; sets addr.
+# start_serve NAME [--limit-fds] ARGS...: `mirror-tool serve ARGS` in the
+# background (with at most 32 open files), waited for until it prints
+# "serving on ADDR"; sets addr.
 start_serve()
 {
     local name=$1 pid
     shift
     rm -f "$name.out" "$name.err"
-    "$T" serve "$@" >"$name.out" 2>"$name.err" &
+    if [ "$1" = --limit-fds ]; then
+        shift
+        (ulimit -n 32 && exec "$T" serve "$@") >"$name.out" 2>"$name.err" &
+    else
+        "$T" serve "$@" >"$name.out" 2>"$name.err" &
+    fi
     pid=$!
     track_pid "$pid"
     eval "pid_$name=$pid"
@@ -355,6 +361,34 @@ expect_ok $TMO qemu-io -f raw -c 'write -P 0x77 10M 1M' \
 expect_ok $TMO qemu-img compare -f raw -F raw img.raw "$tcp_uri"
 stop_serve tcp TERM
 ok "TCP export on 127.0.0.1, port 0"
+
+# --- out of file descriptors --------------------------------------------------
+# With 32 descriptors the server cannot accept 60 connections at once: it
+# backs off (no busy loop), then serves again once they are gone.
+start_serve fd --limit-fds "unix:$scratch/fd.sock" img.raw
+fd_uri="nbd+unix:///?socket=$scratch/fd.sock"
+expect_ok $TMO python3 - "$scratch/fd.sock" "$pid_fd" <<'EOF'
+import os, socket, sys, time
+path, pid = sys.argv[1], sys.argv[2]
+def cpu():
+    f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+conns = []
+for _ in range(60):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    conns.append(s)
+time.sleep(0.3)
+before = cpu()
+time.sleep(1.5)
+used = cpu() - before
+assert used < 0.5, "the server spun: %.2f s of CPU in 1.5 s" % used
+for s in conns:
+    s.close()
+EOF
+expect_ok $TMO nbdinfo --size "$fd_uri"
+stop_serve fd TERM
+ok "out of file descriptors: the server backs off, then serves again"
 
 # --- qcow2 ------------------------------------------------------------------
 expect_ok qemu-img create -q -f qcow2 img.qcow2 32M
