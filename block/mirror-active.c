@@ -123,6 +123,9 @@ static void mirror_active_source_done(void *opaque, int ret)
 
     op->writing_source = false;
     op->ret = ret;
+    /* Partly covered granules may still be copied in the background:
+     * what we knew of their block status is stale now. */
+    mirror_status_written(s, op->offset, op->bytes);
     if (ret < 0 || op->kind == MIRROR_WRITE_DISCARD) {
         /*
          * A failed write may have changed part of the source; after a

@@ -103,6 +103,7 @@ struct MirrorJob {
     guint status_idx;
     GArray *status_new;
     bool status_pending;
+    bool status_stale;          /* written while pending: drop the answer */
     int64_t status_fetch_offset;
 
     /* flush */
@@ -190,8 +191,12 @@ bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
  */
 bool mirror_issue_one(MirrorJob *s);
 
-/* Forget the cached block status of the source (it was written). */
+/* Forget the cached block status of the source. */
 void mirror_status_invalidate(MirrorJob *s);
+
+/* The source was written at [offset, offset + bytes): what we know, or
+ * are about to learn, of its block status there may be stale. */
+void mirror_status_written(MirrorJob *s, int64_t offset, int64_t bytes);
 
 /* mirror-active.c */
 

@@ -46,6 +46,14 @@ static void mirror_status_done(void *opaque, int ret)
 
     s->status_new = NULL;
     s->status_pending = false;
+    if (s->status_stale) {
+        /* A write landed while we asked: the answer may predate it. */
+        s->status_stale = false;
+        g_array_unref(st);
+        mirror_status_invalidate(s);
+        mirror_pump(s);
+        return;
+    }
     if (ret < 0) {
         /* Unknown: copy it (the read will report a real failure). */
         BlockExtent e = {
@@ -85,6 +93,18 @@ void mirror_status_invalidate(MirrorJob *s)
     if (s->status) {
         g_array_set_size(s->status, 0);
         s->status_start = s->status_end = 0;
+    }
+}
+
+void mirror_status_written(MirrorJob *s, int64_t offset, int64_t bytes)
+{
+    if (offset < s->status_end && s->status_start < offset + bytes) {
+        mirror_status_invalidate(s);
+    }
+    if (s->status_pending &&
+        offset < s->status_fetch_offset + MIRROR_STATUS_WINDOW &&
+        s->status_fetch_offset < offset + bytes) {
+        s->status_stale = true;
     }
 }
 

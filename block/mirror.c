@@ -134,9 +134,7 @@ static void mirror_source_written(void *opaque, int64_t offset,
     }
     dirty_bitmap_set(s->dirty, offset, bytes);
     s->actively_synced = false;
-    if (offset < s->status_end && s->status_start < offset + bytes) {
-        mirror_status_invalidate(s);
-    }
+    mirror_status_written(s, offset, bytes);
     mirror_kick(s);
 }
 
