@@ -519,6 +519,7 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     }
     c->closed = true;
     if (protocol_error) {
+        g_debug("nbd export: dropping a client that broke the protocol");
         srv->stats.protocol_errors++;
     }
     nbdsrv_source_clear(&c->in_src);

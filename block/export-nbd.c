@@ -300,6 +300,8 @@ static gboolean nbdsrv_tick_cb(gpointer opaque)
              now - c->connected_us > srv->handshake_timeout_ms * 1000) ||
             (srv->stall_timeout_ms && !g_queue_is_empty(&c->out) &&
              now - c->out_since_us > srv->stall_timeout_ms * 1000)) {
+            g_debug("nbd export: dropping a client: %s timeout",
+                    c->transmission ? "stall" : "handshake");
             srv->stats.timeouts++;
             nbdsrv_client_close(c, false);
         }
