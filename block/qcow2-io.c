@@ -1,8 +1,8 @@
 /*
  * qcow2-lite data path: reads, writes with cluster allocation and
- * copy-on-write, flush (the file helpers are in qcow2-file.c).  Runs on thread-pool
- * workers; metadata is looked at and changed under s->lock, data moves
- * with the lock dropped.
+ * copy-on-write, flush (the file helpers are in qcow2-file.c).  Runs on
+ * thread-pool workers; metadata is looked at and changed under s->lock,
+ * data moves with the lock dropped.
  *
  * A write to a guest cluster that is NORMAL, COPIED and has refcount 1
  * goes in place.  Anything else gets new clusters (one contiguous run per

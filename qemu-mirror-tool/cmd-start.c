@@ -36,6 +36,9 @@ typedef struct StartOptions {
     char *connections;
     char *export_addr;
     char *export_name;
+    char *converge_after;
+    char *converge_passes;
+    gboolean auto_converge;
     gboolean qmp_wait;
     gboolean target_is_zero;
     gboolean progress;
@@ -49,6 +52,7 @@ static void start_options_clear(StartOptions *o)
         &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
+        &o->converge_after, &o->converge_passes,
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
@@ -154,6 +158,26 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
     }
+    p->auto_converge = o->auto_converge;
+    if (o->converge_after) {
+        if (!parse_count("--auto-converge-after", o->converge_after, 1,
+                         86400000, &v, &err)) {
+            goto out_err;
+        }
+        p->auto_converge_ms = v;
+    }
+    if (o->converge_passes) {
+        if (!parse_count("--auto-converge-passes", o->converge_passes, 1,
+                         1000000, &v, &err)) {
+            goto out_err;
+        }
+        p->auto_converge_passes = v;
+    }
+    if ((o->converge_after || o->converge_passes) && !o->auto_converge) {
+        tool_error("--auto-converge-after and --auto-converge-passes need "
+                   "--auto-converge");
+        return false;
+    }
     if (o->export_name && !o->export_addr) {
         tool_error("--export-name needs --export ADDR");
         return false;
@@ -243,6 +267,15 @@ int cmd_start(int argc, char **argv)
           "report (default), ignore, stop or enospc", "ACTION" },
         { "copy-mode", 0, 0, G_OPTION_ARG_STRING, &o.copy_mode,
           "background (default) or write-blocking", "MODE" },
+        { "auto-converge", 0, 0, G_OPTION_ARG_NONE, &o.auto_converge,
+          "switch to write-blocking when writers outpace the copy",
+          NULL },
+        { "auto-converge-after", 0, 0, G_OPTION_ARG_STRING,
+          &o.converge_after,
+          "... after they did so for MS milliseconds (default 5000)", "MS" },
+        { "auto-converge-passes", 0, 0, G_OPTION_ARG_STRING,
+          &o.converge_passes,
+          "... or after N passes over the disk still left work", "N" },
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
