@@ -19,6 +19,7 @@
 /* How much one block status call looks at, at most. */
 #define QCOW2_STATUS_MAX_TABLES     256
 #define QCOW2_STATUS_MAX_EXTENTS    1024
+#define QCOW2_STATUS_BATCH          4096    /* entries looked up at once */
 
 int qcow2_l2_lookup(BDRVQcow2State *s, int64_t offset, int64_t max,
                     uint64_t *entries, int64_t *n)
@@ -161,6 +162,17 @@ int qcow2_l2_set(BDRVQcow2State *s, int64_t offset, int64_t n,
 
 int qcow2_entry_host(BDRVQcow2State *s, uint64_t entry, int64_t *host)
 {
+    Qcow2ClusterType t = qcow2_l2_type(entry);
+
+    *host = 0;
+    if (s->header.version < 3 &&
+        (t == QCOW2_CLUSTER_ZERO_PLAIN || t == QCOW2_CLUSTER_ZERO_ALLOC)) {
+        return qcow2_signal_corruption(s, "zero cluster entry in a "
+                                       "version 2 image");
+    }
+    if (t != QCOW2_CLUSTER_NORMAL && t != QCOW2_CLUSTER_ZERO_ALLOC) {
+        return 0;
+    }
     *host = entry & L2E_OFFSET_MASK;
     if (*host & (s->cluster_size - 1)) {
         return qcow2_signal_corruption(s, "cluster allocation offset 0x%"
@@ -171,11 +183,6 @@ int qcow2_entry_host(BDRVQcow2State *s, uint64_t entry, int64_t *host)
         return qcow2_signal_corruption(s, "data cluster at 0x%" PRIx64
                                        " lies beyond the end of the file",
                                        *host);
-    }
-    if (s->header.version < 3 &&
-        qcow2_l2_type(entry) == QCOW2_CLUSTER_ZERO_ALLOC) {
-        return qcow2_signal_corruption(s, "zero cluster entry in a "
-                                       "version 2 image");
     }
     return 0;
 }
@@ -273,9 +280,8 @@ static int64_t qcow2_zero_clusters(BDRVQcow2State *s, int64_t offset,
         bool drop;
         int64_t host;
 
-        if ((qcow2_l2_type(old[i]) == QCOW2_CLUSTER_NORMAL ||
-             qcow2_l2_type(old[i]) == QCOW2_CLUSTER_ZERO_ALLOC) &&
-            (ret = qcow2_entry_host(s, old[i], &host)) < 0) {
+        ret = qcow2_entry_host(s, old[i], &host);
+        if (ret < 0) {
             goto out_unlock;
         }
         new[i] = qcow2_zero_entry(s, old[i], flags, discard, &drop);
@@ -419,17 +425,7 @@ static int qcow2_status_lookup(BDRVQcow2State *s, int64_t pos, int64_t max,
     g_mutex_lock(&s->lock);
     ret = s->corrupt ? -EIO : qcow2_l2_lookup(s, pos, max, entries, n);
     for (int64_t i = 0; ret == 0 && i < *n; i++) {
-        Qcow2ClusterType t = qcow2_l2_type(entries[i]);
-
-        hosts[i] = 0;
-        if (t == QCOW2_CLUSTER_NORMAL || t == QCOW2_CLUSTER_ZERO_ALLOC ||
-            (t == QCOW2_CLUSTER_ZERO_PLAIN && s->header.version < 3)) {
-            ret = qcow2_entry_host(s, entries[i], &hosts[i]);
-            if (ret == 0 && t == QCOW2_CLUSTER_ZERO_PLAIN) {
-                ret = qcow2_signal_corruption(s, "zero cluster entry in a "
-                                              "version 2 image");
-            }
-        }
+        ret = qcow2_entry_host(s, entries[i], &hosts[i]);
     }
     g_mutex_unlock(&s->lock);
     return ret;
@@ -440,9 +436,9 @@ int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
 {
     int64_t cs = s->cluster_size;
     int64_t end = MIN(offset + bytes, s->size);
-    int64_t tables = INT64_C(1) << s->l2_bits;
-    g_autofree uint64_t *entries = g_new(uint64_t, tables);
-    g_autofree int64_t *hosts = g_new(int64_t, tables);
+    int64_t batch = MIN(INT64_C(1) << s->l2_bits, QCOW2_STATUS_BATCH);
+    g_autofree uint64_t *entries = g_new(uint64_t, batch);
+    g_autofree int64_t *hosts = g_new(int64_t, batch);
     int64_t pos = offset;
     guint first = out->len;
 
@@ -450,7 +446,8 @@ int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                     out->len - first < QCOW2_STATUS_MAX_EXTENTS; t++) {
         int64_t base = qcow2_cluster_start(s, pos);
         int64_t n;
-        int ret = qcow2_status_lookup(s, pos, DIV_ROUND_UP(end - base, cs),
+        int ret = qcow2_status_lookup(s, pos,
+                                      MIN(DIV_ROUND_UP(end - base, cs), batch),
                                       entries, hosts, &n);
 
         if (ret < 0) {

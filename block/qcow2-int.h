@@ -472,7 +472,12 @@ int qcow2_l2_set(BDRVQcow2State *s, int64_t offset, int64_t n,
  */
 int qcow2_l2_prepare(BDRVQcow2State *s, int64_t offset);
 
-/* Host offset of a NORMAL / ZERO_ALLOC entry, checked (-EIO when bad). */
+/*
+ * Check an L2 entry before using it (lock held): the host cluster of a
+ * NORMAL / ZERO_ALLOC entry aligned and inside the file, no zero flag in
+ * a version 2 image.  *@host gets the host offset (0 for other kinds).
+ * Signals the corruption and returns -EIO when bad.
+ */
 int qcow2_entry_host(BDRVQcow2State *s, uint64_t entry, int64_t *host);
 
 /* May the data of @entry be overwritten where it is (NORMAL, COPIED,

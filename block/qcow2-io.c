@@ -116,16 +116,8 @@ static int64_t qcow2_read_step(BDRVQcow2State *s, int64_t offset,
     g_mutex_lock(&s->lock);
     ret = s->corrupt ? -EIO
                      : qcow2_l2_lookup(s, offset, MIN(max, 64), entries, &n);
-    if (ret == 0 && (qcow2_l2_type(entries[0]) == QCOW2_CLUSTER_NORMAL ||
-                     qcow2_l2_type(entries[0]) == QCOW2_CLUSTER_ZERO_ALLOC ||
-                     (qcow2_l2_type(entries[0]) == QCOW2_CLUSTER_ZERO_PLAIN &&
-                      s->header.version < 3))) {
+    if (ret == 0) {
         ret = qcow2_entry_host(s, entries[0], &host);
-        if (ret == 0 && s->header.version < 3 &&
-            qcow2_l2_type(entries[0]) != QCOW2_CLUSTER_NORMAL) {
-            ret = qcow2_signal_corruption(s, "zero cluster entry in a "
-                                          "version 2 image");
-        }
     }
     if (ret < 0) {
         g_mutex_unlock(&s->lock);
@@ -303,10 +295,9 @@ static int qcow2_plan_alloc(BDRVQcow2State *s, int64_t offset,
     }
     for (int64_t i = 0; i < k; i++) {
         int64_t host;
-        Qcow2ClusterType t = qcow2_l2_type(entries[i]);
 
-        if ((t == QCOW2_CLUSTER_NORMAL || t == QCOW2_CLUSTER_ZERO_ALLOC) &&
-            (ret = qcow2_entry_host(s, entries[i], &host)) < 0) {
+        ret = qcow2_entry_host(s, entries[i], &host);
+        if (ret < 0) {
             return ret;
         }
     }
