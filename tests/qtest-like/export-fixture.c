@@ -469,3 +469,57 @@ bool raw_wait_closed(int fd)
         }
     }
 }
+
+/* ---- waiting for the server (shared by the hostile and limits tests) ---- */
+
+static gboolean monitor_cb(gpointer opaque)
+{
+    Monitor *m = opaque;
+
+    if (m->fn(m->data)) {
+        m->id = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+void monitor_start(Monitor *m, bool (*fn)(void *), void *data)
+{
+    *m = (Monitor) { .fn = fn, .data = data };
+    m->id = g_timeout_add(5, monitor_cb, m);
+}
+
+void monitor_stop(Monitor *m)
+{
+    if (m->id) {
+        g_source_remove(m->id);
+        m->id = 0;
+    }
+}
+
+/* For client threads: wait for @flag, at most 30 s. */
+bool wait_flag(gint *flag)
+{
+    for (int i = 0; i < 6000 && !g_atomic_int_get(flag); i++) {
+        g_usleep(5000);
+    }
+    return g_atomic_int_get(flag);
+}
+
+bool no_clients(void *opaque)
+{
+    ExportFixture *f = opaque;
+
+    return nbdsrv_get_client_count(f->srv) == 0 &&
+           nbdsrv_get_in_flight(f->srv) == 0;
+}
+
+/* After an attack: nobody left, a normal client works, data intact. */
+void assert_recovered(ExportFixture *f)
+{
+    run_loop_until(no_clients, f, 30);
+    assert_normal_client(f);
+    if (f->image) {
+        fixture_assert_file(f);
+    }
+}

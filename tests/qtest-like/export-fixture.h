@@ -114,4 +114,36 @@ void raw_reply_clear(RawReply *r);
 /* Wait (up to 10 s) for the server to close the connection. */
 bool raw_wait_closed(int fd);
 
+
+/* Client-thread helpers: fail the client function with its line number. */
+#define FAIL_IF(cond)                                               \
+    do {                                                            \
+        if (cond) {                                                 \
+            g_printerr("client: line %d: %s\n", __LINE__, #cond);   \
+            return __LINE__;                                        \
+        }                                                           \
+    } while (0)
+
+/* A main-loop callback run every 5 ms until it returns true. */
+typedef struct Monitor {
+    bool (*fn)(void *data);
+    void *data;
+    guint id;
+} Monitor;
+
+/* Run @fn(@data) from the main loop every 5 ms until it returns true. */
+void monitor_start(Monitor *m, bool (*fn)(void *), void *data);
+
+/* Stop a monitor that has not finished yet. */
+void monitor_stop(Monitor *m);
+
+/* For client threads: wait until @flag is set, at most 30 s; its value. */
+bool wait_flag(gint *flag);
+
+/* A monitor condition: the fixture's server has no client and no request. */
+bool no_clients(void *fixture);
+
+/* After an attack: nobody left, a normal client works, the data intact. */
+void assert_recovered(ExportFixture *f);
+
 #endif /* TEST_EXPORT_FIXTURE_H */
