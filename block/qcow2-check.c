@@ -24,12 +24,24 @@
 #define QCOW2_CHECK_MAX_CLUSTERS    (INT64_C(1) << 26)
 #define QCOW2_CHECK_MAX_TABLE       (64 * MiB)
 
+/*
+ * Bytes of tables one check may read: QCOW2_CHECK_READ_FACTOR times the
+ * file plus QCOW2_CHECK_READ_SLACK.  A table is read once per table that
+ * points at it, so snapshots or bitmaps that all point at the same big
+ * tables would make the work quadratic in the file size (a 64 KiB image
+ * kept the check busy for minutes).
+ */
+#define QCOW2_CHECK_READ_FACTOR     16
+#define QCOW2_CHECK_READ_SLACK      (1 * MiB)
+
 typedef struct Qcow2Check {
     BDRVQcow2State *s;
     Qcow2CheckResult *res;
     int64_t nb;                 /* host clusters in the file */
     uint32_t *refs;             /* references found */
     uint32_t *rc;               /* refcounts on disk */
+    uint64_t read_budget;       /* bytes of tables left to read */
+    bool read_stopped;          /* the budget ran out (reported once) */
 } Qcow2Check;
 
 static void G_GNUC_PRINTF(3, 4) qcow2_check_msg(Qcow2Check *c,
@@ -70,11 +82,25 @@ static void qcow2_check_ref(Qcow2Check *c, uint64_t off, uint64_t len,
 static uint8_t *qcow2_check_read(Qcow2Check *c, uint64_t off,
                                  uint64_t bytes)
 {
-    uint8_t *buf = g_malloc(MAX(bytes, 1));
+    uint8_t *buf;
 
-    if ((int64_t)off >= c->s->file_size ||
-        bytes > (uint64_t)(c->s->file_size - off) ||
-        qcow2_pread(c->s, off, buf, bytes) < 0) {
+    if (c->read_stopped || bytes > c->read_budget) {
+        if (!c->read_stopped) {
+            c->read_stopped = true;
+            c->res->check_errors++;
+            g_ptr_array_add(c->res->messages,
+                            g_strdup_printf("ERROR the tables point at "
+                                            "tables more than %d times the "
+                                            "image size: check stopped",
+                                            QCOW2_CHECK_READ_FACTOR));
+        }
+        return NULL;
+    }
+    c->read_budget -= bytes;
+    buf = (int64_t)off < c->s->file_size &&
+          bytes <= (uint64_t)(c->s->file_size - off) ?
+          g_malloc(MAX(bytes, 1)) : NULL;
+    if (!buf || qcow2_pread(c->s, off, buf, bytes) < 0) {
         g_free(buf);
         c->res->check_errors++;
         g_ptr_array_add(c->res->messages,
@@ -359,6 +385,8 @@ bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
         return false;
     }
     c.nb = DIV_ROUND_UP(qcow2_file_end(s), s->cluster_size);
+    c.read_budget = QCOW2_CHECK_READ_FACTOR * (uint64_t)qcow2_file_end(s) +
+                    QCOW2_CHECK_READ_SLACK;
     if (c.nb > QCOW2_CHECK_MAX_CLUSTERS) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'%s' is too large to check (%" PRId64 " clusters)",

@@ -424,6 +424,46 @@ static void test_compressed_max_sectors(void)
     test_scratch_free(g_steal_pointer(&dir));
 }
 
+/* Snapshots whose L1 tables all point at one L2 table (found by
+ * fuzz-qcow2): the check stops at its read budget instead of reading the
+ * same tables again for each snapshot, which took minutes. */
+static void test_check_budget(void)
+{
+    g_autofree char *dir = test_scratch_new();
+    g_autofree char *path = make_with_data(dir, "b.qcow2");
+    g_autofree uint8_t *tab = g_malloc0(CS);
+    const int64_t snap_off = 6 * CS, snap_l1 = 7 * CS;
+    const int nb_snap = CS / 40;
+    g_autoptr(GError) err = NULL;
+    Qcow2CheckResult res;
+    BlockDriverState *bs;
+    bool stopped = false;
+
+    for (int i = 0; i < nb_snap; i++) {
+        qcow2_put_be64(tab + 40 * i, snap_l1);
+        qcow2_put_be32(tab + 40 * i + 8, CS / 8);
+    }
+    q_poke(path, snap_off, tab, CS);
+    for (int i = 0; i < CS / 8; i++) {
+        qcow2_put_be64(tab + 8 * i, L2_OFF);
+    }
+    q_poke(path, snap_l1, tab, CS);
+    q_poke_be32(path, 60, nb_snap);
+    q_poke_be64(path, 64, snap_off);
+
+    bs = q_open(path, 0);
+    g_assert_true(qcow2_check(bs, &res, &err));
+    g_assert_cmpint(res.check_errors, ==, 1);
+    for (guint i = 0; i < res.messages->len; i++) {
+        stopped |= strstr(g_ptr_array_index(res.messages, i),
+                          "check stopped") != NULL;
+    }
+    g_assert_true(stopped);
+    qcow2_check_result_clear(&res);
+    bdrv_unref(bs);
+    test_scratch_free(g_steal_pointer(&dir));
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -433,5 +473,6 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/corrupt/data-path", test_data_path);
     g_test_add_func("/qcow2/corrupt/compressed-max-sectors",
                     test_compressed_max_sectors);
+    g_test_add_func("/qcow2/corrupt/check-budget", test_check_budget);
     return g_test_run();
 }
