@@ -266,6 +266,7 @@ static int qcow2_write_l1(BDRVQcow2State *s)
 static int qcow2_extend_file(BDRVQcow2State *s)
 {
     if (s->alloc_end > s->file_size) {
+        qcow2_debug_change('T');
         if (ftruncate(s->fd, s->alloc_end) < 0) {
             return -errno;
         }

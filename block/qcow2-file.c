@@ -4,7 +4,10 @@
  * sync, the overlap check every data write passes, the transfers in flight
  * (so that a freed cluster is not reused while an old transfer may still
  * touch it) and the allocation records that serialise the requests
- * changing the same guest clusters.  All on worker threads.
+ * changing the same guest clusters.  All on worker threads.  Also the
+ * crash test's instrumentation (QCOW2_DEBUG_ENV, see qcow2-int.h): every
+ * change to an image file is counted here, so that the test can kill the
+ * process exactly before the N-th one.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -13,7 +16,103 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+/* ---- Test instrumentation (the crash test) ---- */
+
+#define QCOW2_DEBUG_TRACE   (1 << 20)   /* kinds remembered */
+
+typedef struct Qcow2Debug {
+    int64_t kill_at;            /* 0: never */
+    bool count;
+    int64_t l2_cache;           /* tables; 0: the default */
+    int64_t rb_cache;
+    gint changes;               /* file changes so far (atomic) */
+    char trace[QCOW2_DEBUG_TRACE];  /* their kinds, for `count` */
+} Qcow2Debug;
+
+static Qcow2Debug qcow2_debug;
+
+static void qcow2_debug_report(void)
+{
+    gint n = g_atomic_int_get(&qcow2_debug.changes);
+
+    fprintf(stderr, "qcow2-debug: %d file changes: %.*s\n", n,
+            MIN(n, QCOW2_DEBUG_TRACE), qcow2_debug.trace);
+}
+
+static int64_t qcow2_debug_number(const char *key, const char *v)
+{
+    gint64 n;
+
+    if (!v || !g_ascii_string_to_signed(v, 10, 1, G_MAXINT32, &n, NULL)) {
+        g_error("%s: '%s=%s': expected a positive number",
+                QCOW2_DEBUG_ENV, key, v ? v : "");
+    }
+    return n;
+}
+
+/* Parse QCOW2_DEBUG_ENV once; a bad value aborts (it is for tests). */
+static const Qcow2Debug *qcow2_debug_get(void)
+{
+    static gsize done;
+
+    if (g_once_init_enter(&done)) {
+        const char *env = g_getenv(QCOW2_DEBUG_ENV);
+        g_auto(GStrv) parts = g_strsplit(env ? env : "", ",", -1);
+
+        for (int i = 0; parts[i]; i++) {
+            g_auto(GStrv) kv = g_strsplit(parts[i], "=", 2);
+
+            if (!kv[0][0]) {
+                continue;
+            } else if (!strcmp(kv[0], "kill-at")) {
+                qcow2_debug.kill_at = qcow2_debug_number(kv[0], kv[1]);
+            } else if (!strcmp(kv[0], "count")) {
+                qcow2_debug.count = true;
+            } else if (!strcmp(kv[0], "l2-cache")) {
+                qcow2_debug.l2_cache = qcow2_debug_number(kv[0], kv[1]);
+            } else if (!strcmp(kv[0], "rb-cache")) {
+                qcow2_debug.rb_cache = qcow2_debug_number(kv[0], kv[1]);
+            } else {
+                g_error("%s: unknown key '%s'", QCOW2_DEBUG_ENV, kv[0]);
+            }
+        }
+        if (qcow2_debug.count) {
+            atexit(qcow2_debug_report);
+        }
+        g_once_init_leave(&done, 1);
+    }
+    return &qcow2_debug;
+}
+
+void qcow2_debug_change(char kind)
+{
+    const Qcow2Debug *d = qcow2_debug_get();
+    gint n;
+
+    if (!d->kill_at && !d->count) {
+        return;
+    }
+    n = g_atomic_int_add(&qcow2_debug.changes, 1) + 1;
+    if (n <= QCOW2_DEBUG_TRACE) {
+        qcow2_debug.trace[n - 1] = kind;
+    }
+    if (n == d->kill_at) {
+        raise(SIGKILL);
+    }
+}
+
+int64_t qcow2_debug_cache_tables(bool is_l2, int64_t def)
+{
+    const Qcow2Debug *d = qcow2_debug_get();
+    int64_t n = is_l2 ? d->l2_cache : d->rb_cache;
+
+    return n ? n : def;
+}
 
 /* ---- File I/O (blocking) ---- */
 
@@ -77,6 +176,7 @@ int qcow2_pread_data(BDRVQcow2State *s, int64_t offset, void *buf,
 int qcow2_pwritev(BDRVQcow2State *s, int64_t offset,
                          struct iovec *iov, int niov)
 {
+    qcow2_debug_change('W');
     while (niov > 0) {
         ssize_t n = pwritev(s->fd, iov, niov, offset);
 
@@ -115,6 +215,7 @@ int qcow2_sync(BDRVQcow2State *s)
 {
     int r;
 
+    qcow2_debug_change('S');
     do {
         r = fdatasync(s->fd);
     } while (r < 0 && errno == EINTR);

@@ -410,6 +410,24 @@ int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
 int qcow2_sync(BDRVQcow2State *s);
 
 /*
+ * Test instrumentation, off unless the environment variable
+ * QCOW2_DEBUG_ENV holds comma-separated keys (the crash test,
+ * tests/qtest-like/test-tool-qcow2-crash.sh, sets it):
+ *   kill-at=N    SIGKILL the process just before its N-th change to an
+ *                image file (a write, a sync or a truncate, counted over
+ *                all images and threads), as a crash would stop it;
+ *   count        print "qcow2-debug: N file changes: KINDS" at exit,
+ *                KINDS one letter per change: W write, S sync,
+ *                T truncate;
+ *   l2-cache=N, rb-cache=N   cache sizes in tables (at least 4), so
+ *                that small images evict, and so write metadata, early.
+ * qcow2_debug_change(KIND) is called before every such change.
+ */
+#define QCOW2_DEBUG_ENV "QEMU_MIRROR_QCOW2_DEBUG"
+void qcow2_debug_change(char kind);
+int64_t qcow2_debug_cache_tables(bool is_l2, int64_t def);
+
+/*
  * Is [@offset, @offset + @bytes) free of metadata?  If not, the image is
  * corrupt (a write would destroy metadata): signals it.  Lock held.
  */

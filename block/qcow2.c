@@ -169,12 +169,14 @@ static bool qcow2_load_tables(BDRVQcow2State *s, GError **errp)
     }
     l1_sectors = DIV_ROUND_UP((int64_t)s->l1_size * 8, 512);
     s->l1_dirty = g_malloc0(DIV_ROUND_UP(l1_sectors, 8) + 1);
-    s->l2_cache = qcow2_cache_new(true, (s->depth ? QCOW2_BACKING_L2_CACHE
-                                         : QCOW2_L2_CACHE_BYTES) /
-                                  s->cluster_size, s->cluster_size);
+    s->l2_cache = qcow2_cache_new(true, qcow2_debug_cache_tables(true,
+                                  (s->depth ? QCOW2_BACKING_L2_CACHE
+                                   : QCOW2_L2_CACHE_BYTES) /
+                                  s->cluster_size), s->cluster_size);
     if (s->writable) {
-        s->rb_cache = qcow2_cache_new(false, QCOW2_RB_CACHE_BYTES /
-                                      s->cluster_size, s->cluster_size);
+        s->rb_cache = qcow2_cache_new(false, qcow2_debug_cache_tables(false,
+                                      QCOW2_RB_CACHE_BYTES /
+                                      s->cluster_size), s->cluster_size);
     }
     s->fresh_start = QEMU_ALIGN_UP(s->file_size, s->cluster_size);
     return true;
