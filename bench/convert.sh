@@ -66,30 +66,6 @@ trap 'exit 130' INT TERM
 RES=$SCRATCH/results.tsv        # image  row  wall  cpu  rss_kib
 : >"$RES"
 
-# make_sparse PATH SIZE_GIB PCT: runs of 1..128 64K-units at random offsets
-# until PCT% of the units are allocated; merged runs are then filled with
-# random data by dd, one run at a time, from a single keystream.
-make_sparse() {
-    local path=$1 units=$(($2 * 16384)) pct=$3 off len
-    truncate -s "$2G" "$path"
-    awk -v seed="$SEED" -v units="$units" -v pct="$pct" 'BEGIN {
-        srand(seed); want = int(units * pct / 100); n = 0
-        while (n < want) {
-            len = 1 + int(rand() * 128); off = int(rand() * (units - len + 1))
-            for (i = off; i < off + len; i++) if (!(i in a)) { a[i] = 1; n++ }
-        }
-        for (i = 0; i < units; ) {
-            if (i in a) { s = i; while (i in a) i++; print s, i - s } else i++
-        }
-    }' >"$SCRATCH/layout"
-    while read -r -u 3 off len; do
-        dd of="$path" bs=64K seek="$off" count="$len" conv=notrunc \
-            iflag=fullblock status=none
-    done 3<"$SCRATCH/layout" < <(randstream "$SEED")
-    log "  $(basename "$path"): $(wc -l <"$SCRATCH/layout") data runs," \
-        "$(du -m "$path" | cut -f1) MiB allocated of $(($2 * 1024)) MiB"
-}
-
 BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
 if [[ $MODE == compare ]]; then
     add_row "mirror-tool" "$MT convert -n $BUFOPT"

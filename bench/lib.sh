@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# bench/lib.sh - helpers shared by bench/convert.sh and bench/nbd.sh.
+# bench/lib.sh - helpers shared by bench/convert.sh, nbd.sh and qcow2.sh.
 # Sourced, not run.  The caller sets BENCH (its name, for messages), MT (the
 # mirror-tool binary), SCRATCH (scratch dir), RES (results file, one line per
 # timed run: workload row wall cpu rss_kib [more columns]) and NROWS once the
@@ -30,6 +30,31 @@ randstream() {
 
 # make_full PATH SIZE_GIB KEY: fully allocated random file.
 make_full() { randstream "$3" | head -c "$2G" >"$1"; }
+
+# make_sparse PATH SIZE_GIB PCT [STREAM]: runs of 1..128 64K-units at
+# random offsets until PCT% of the units are allocated; merged runs are then
+# filled by dd, one run at a time, from a single stream: `STREAM $SEED`
+# (default randstream: random data).  The layout depends only on SEED.
+make_sparse() {
+    local path=$1 units=$(($2 * 16384)) pct=$3 stream=${4:-randstream} off len
+    truncate -s "$2G" "$path"
+    awk -v seed="$SEED" -v units="$units" -v pct="$pct" 'BEGIN {
+        srand(seed); want = int(units * pct / 100); n = 0
+        while (n < want) {
+            len = 1 + int(rand() * 128); off = int(rand() * (units - len + 1))
+            for (i = off; i < off + len; i++) if (!(i in a)) { a[i] = 1; n++ }
+        }
+        for (i = 0; i < units; ) {
+            if (i in a) { s = i; while (i in a) i++; print s, i - s } else i++
+        }
+    }' >"$SCRATCH/layout"
+    while read -r -u 3 off len; do
+        dd of="$path" bs=64K seek="$off" count="$len" conv=notrunc \
+            iflag=fullblock status=none
+    done 3<"$SCRATCH/layout" < <("$stream" "$SEED")
+    log "  $(basename "$path"): $(wc -l <"$SCRATCH/layout") data runs," \
+        "$(du -m "$path" | cut -f1) MiB allocated of $(($2 * 1024)) MiB"
+}
 
 # Touch most free memory once so first-touch cost does not land in a run.
 prefault() {

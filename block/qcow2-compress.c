@@ -20,9 +20,17 @@
 #include <unistd.h>
 #include <zlib.h>
 
+/*
+ * The stream format is QEMU's (raw deflate, 4 KiB window), so that any
+ * qcow2 reader inflates it; the effort is ours.  QEMU deflates at
+ * Z_DEFAULT_COMPRESSION (6).  Level 1 runs zlib's fast matcher (no lazy
+ * matching, short hash chains): on 64 KiB clusters of text and of program
+ * binaries it compresses 1.3x to 1.6x faster for output 3% to 7% larger,
+ * and deflate is more than 80% of the CPU time of `convert -c`.
+ */
 #define QCOW2_ZLIB_WINDOW_BITS  (-12)
 #define QCOW2_ZLIB_MEM_LEVEL    9
-#define QCOW2_ZLIB_LEVEL        Z_DEFAULT_COMPRESSION
+#define QCOW2_ZLIB_LEVEL        Z_BEST_SPEED
 
 void qcow2_compressed_range(const BDRVQcow2State *s, uint64_t entry,
                             int64_t *offset, int64_t *length)
@@ -134,8 +142,10 @@ static bool qcow2_worth_compressing(const uint8_t *in, int64_t cs)
     }
     if (!z) {
         z = g_new0(z_stream, 1);
+        /* memLevel 4: a 2048-entry hash (each deflateReset() clears it)
+         * and room for one 1 KiB sample in one block. */
         if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED, QCOW2_ZLIB_WINDOW_BITS,
-                         8, Z_DEFAULT_STRATEGY) != Z_OK) {
+                         4, Z_DEFAULT_STRATEGY) != Z_OK) {
             g_free(z);
             return true;
         }
