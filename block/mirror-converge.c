@@ -1,13 +1,17 @@
 /*
  * Auto-converge: in background mode a guest that writes faster than the
  * job copies keeps the job from ever reaching READY (QEMU's users asked
- * for a way out).  Twice a second the job compares how fast bytes get
- * dirtied with how fast it cleans them; when writers have stayed ahead
- * for auto-converge-ms, or the copy has wrapped around the disk
- * auto-converge-passes times and still has work, the job switches itself
- * to write-blocking (guest writes are then mirrored synchronously, so the
- * dirty set can only shrink) and says so with a MIRROR_COPY_MODE_CHANGED
- * event.
+ * for a way out).  Twice a second the job compares how fast guests write
+ * (whole granules, whether they were dirty already or not, as QEMU's RAM
+ * auto-converge counts the pages dirtied in a period) with how fast it
+ * cleans them.  The newly dirtied bytes would not do: once everything a
+ * fast writer touches is dirty, bytes get newly dirtied only as fast as
+ * the job cleans them, and the writer never looks ahead.  When writers
+ * have stayed ahead for auto-converge-ms, or the copy has wrapped around
+ * the disk auto-converge-passes times and still has work, the job
+ * switches itself to write-blocking (guest writes are then mirrored
+ * synchronously, so the dirty set can only shrink) and says so with a
+ * MIRROR_COPY_MODE_CHANGED event.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -35,7 +39,7 @@ static gboolean mirror_converge_check(gpointer opaque)
 {
     MirrorJob *s = opaque;
     int64_t now = clock_ns();
-    double dirty_rate = dirty_bitmap_rate(s->dirty, now);
+    double write_rate = rate_meter_get(&s->write_rate, now);
     double copy_rate = rate_meter_get(&s->copy_rate, now);
     bool work_left = dirty_bitmap_count(s->dirty) > 0;
 
@@ -49,7 +53,7 @@ static gboolean mirror_converge_check(gpointer opaque)
         mirror_converge_switch(s, "passes");
         return G_SOURCE_CONTINUE;
     }
-    if (!work_left || dirty_rate < copy_rate) {
+    if (!work_left || write_rate < copy_rate) {
         s->behind_since_ns = 0;
     } else if (!s->behind_since_ns) {
         s->behind_since_ns = now;

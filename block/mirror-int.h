@@ -103,7 +103,8 @@ struct MirrorJob {
     guint status_idx;
     GArray *status_new;
     bool status_pending;
-    bool status_stale;          /* written while pending: drop the answer */
+    GArray *status_writes;      /* BlockExtent: written while pending */
+    bool status_stale;          /* too many of them: drop the answer */
     int64_t status_fetch_offset;
 
     /* flush */
@@ -146,6 +147,7 @@ struct MirrorJob {
     GSource *converge_timer;
 
     RateMeter copy_rate;        /* bytes made clean per second */
+    RateMeter write_rate;       /* granules guests wrote, dirty or not */
     bool notifier_added;
 
     int64_t stats_copied;

@@ -12,6 +12,9 @@
 
 /* How much block status to ask for at once. */
 #define MIRROR_STATUS_WINDOW    (1 * GiB)
+/* Writes remembered while a fetch is pending; beyond, the answer is
+ * dropped. */
+#define MIRROR_STATUS_MAX_WRITES 4096
 
 /* ---- source block status, fetched lazily in large windows ---- */
 
@@ -39,6 +42,68 @@ static const BlockExtent *mirror_status_lookup(MirrorJob *s, int64_t offset)
     return NULL;
 }
 
+/*
+ * Does mirror_plan() copy what @e describes, whatever its length?  Such an
+ * answer stays right whatever is written there later: a write can only
+ * turn a range into data (or, by discarding, into zeroes, which copying
+ * reads correctly).
+ */
+static bool mirror_extent_copies(MirrorJob *s, const BlockExtent *e)
+{
+    return !(s->sync == MIRROR_SYNC_MODE_TOP && e->depth > 0) &&
+           ((e->flags & BDRV_BLOCK_DATA) || !(e->flags & BDRV_BLOCK_ZERO) ||
+            s->allocate_zeroes);
+}
+
+/* Do all extents of @st (sorted, contiguous) that overlap [offset,
+ * offset + bytes) copy? */
+static bool mirror_status_copies(MirrorJob *s, GArray *st, int64_t offset,
+                                 int64_t bytes)
+{
+    guint lo = 0, hi = st->len;
+
+    while (lo < hi) {       /* the first extent ending after @offset */
+        guint mid = lo + (hi - lo) / 2;
+        const BlockExtent *e = &g_array_index(st, BlockExtent, mid);
+
+        if (e->offset + e->length <= offset) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    for (guint i = lo; i < st->len; i++) {
+        const BlockExtent *e = &g_array_index(st, BlockExtent, i);
+
+        if (e->offset >= offset + bytes) {
+            break;
+        }
+        if (!mirror_extent_copies(s, e)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Does the fresh answer @st hold for the writes that landed while it was
+ * being fetched? */
+static bool mirror_status_survives_writes(MirrorJob *s, GArray *st)
+{
+    GArray *w = s->status_writes;
+    bool ok = !s->status_stale;
+
+    for (guint i = 0; ok && w && i < w->len; i++) {
+        const BlockExtent *e = &g_array_index(w, BlockExtent, i);
+
+        ok = mirror_status_copies(s, st, e->offset, e->length);
+    }
+    s->status_stale = false;
+    if (w) {
+        g_array_set_size(w, 0);
+    }
+    return ok;
+}
+
 static void mirror_status_done(void *opaque, int ret)
 {
     MirrorJob *s = opaque;
@@ -46,9 +111,8 @@ static void mirror_status_done(void *opaque, int ret)
 
     s->status_new = NULL;
     s->status_pending = false;
-    if (s->status_stale) {
+    if (!mirror_status_survives_writes(s, st)) {
         /* A write landed while we asked: the answer may predate it. */
-        s->status_stale = false;
         g_array_unref(st);
         mirror_status_invalidate(s);
         mirror_pump(s);
@@ -98,13 +162,28 @@ void mirror_status_invalidate(MirrorJob *s)
 
 void mirror_status_written(MirrorJob *s, int64_t offset, int64_t bytes)
 {
-    if (offset < s->status_end && s->status_start < offset + bytes) {
+    /* Guests keep writing during a live mirror: dropping the window for
+     * each write would re-read the status of the whole window (on tmpfs
+     * that walks every page) after every write, so only writes over
+     * extents that do not copy drop it. */
+    if (offset < s->status_end && s->status_start < offset + bytes &&
+        !mirror_status_copies(s, s->status, offset, bytes)) {
         mirror_status_invalidate(s);
     }
     if (s->status_pending &&
         offset < s->status_fetch_offset + MIRROR_STATUS_WINDOW &&
         s->status_fetch_offset < offset + bytes) {
-        s->status_stale = true;
+        BlockExtent e = { .offset = offset, .length = bytes };
+
+        if (!s->status_writes) {
+            s->status_writes = g_array_new(FALSE, FALSE,
+                                           sizeof(BlockExtent));
+        }
+        if (s->status_writes->len < MIRROR_STATUS_MAX_WRITES) {
+            g_array_append_val(s->status_writes, e);
+        } else {
+            s->status_stale = true;
+        }
     }
 }
 
@@ -172,13 +251,11 @@ static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
     len = ext_end >= s->len ? s->len - offset
                             : QEMU_ALIGN_DOWN(ext_end - offset, g);
 
-    if (s->sync == MIRROR_SYNC_MODE_TOP &&
-        !(ext->flags & BDRV_BLOCK_ALLOCATED) && ext->depth > 0) {
+    if (mirror_extent_copies(s, ext)) {
+        *method = MIRROR_METHOD_COPY;
+    } else if (s->sync == MIRROR_SYNC_MODE_TOP && ext->depth > 0) {
         /* Provided by the target's backing file: nothing to copy. */
         *method = MIRROR_METHOD_SKIP;
-    } else if ((ext->flags & BDRV_BLOCK_DATA) ||
-               !(ext->flags & BDRV_BLOCK_ZERO) || s->allocate_zeroes) {
-        *method = MIRROR_METHOD_COPY;
     } else {
         *method = MIRROR_METHOD_ZERO;
     }

@@ -133,6 +133,9 @@ static void mirror_source_written(void *opaque, int64_t offset,
         return;     /* write-blocking: the job dirties what it must */
     }
     dirty_bitmap_set(s->dirty, offset, bytes);
+    rate_meter_add(&s->write_rate, clock_ns(),
+                   MIN(QEMU_ALIGN_UP(offset + bytes, s->granularity),
+                       s->len) - QEMU_ALIGN_DOWN(offset, s->granularity));
     s->actively_synced = false;
     mirror_status_written(s, offset, bytes);
     mirror_kick(s);
@@ -220,6 +223,11 @@ void mirror_check_state(MirrorJob *s)
         return;
     }
     if (job_should_pause(job)) {
+        if (s->drained) {
+            /* Never keep guests waiting while the job is paused. */
+            s->drained = false;
+            mirror_top_drain_end(s->top);
+        }
         job_pause_point(job);
         return;
     }
@@ -345,6 +353,7 @@ static void mirror_start(Job *job)
     bdrv_add_write_notifier(s->src, mirror_source_written, s);
     s->notifier_added = true;
     rate_meter_reset(&s->copy_rate, clock_ns());
+    rate_meter_reset(&s->write_rate, clock_ns());
     mirror_converge_start(s);
     bdrv_set_max_io(s->src, s->chunk_size);
     bdrv_set_max_io(s->dst, s->chunk_size);
@@ -414,6 +423,9 @@ static void mirror_free(Job *job)
     hbitmap_free(s->zero_bitmap);
     if (s->status) {
         g_array_unref(s->status);
+    }
+    if (s->status_writes) {
+        g_array_unref(s->status_writes);
     }
     g_ptr_array_free(s->free_bufs, TRUE);
     g_free(s->error_detail);

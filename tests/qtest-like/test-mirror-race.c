@@ -147,10 +147,12 @@ static void race_step(Race *r)
 {
     g_autoptr(GError) err = NULL;
 
-    if (r->writes_issued == r->switch_at) {
+    if (r->writes_issued == r->switch_at && !job_is_completed(r->job)) {
         r->switch_at = -1;
-        g_assert_true(mirror_change_copy_mode(
-            r->job, MIRROR_COPY_MODE_WRITE_BLOCKING, &err));
+        if (!mirror_change_copy_mode(r->job, MIRROR_COPY_MODE_WRITE_BLOCKING,
+                                     &err)) {
+            g_error("block-job-change: %s", err->message);
+        }
     }
     if (r->writes_issued >= r->pause_at && !r->paused && r->pause_at >= 0 &&
         !job_is_completed(r->job)) {
