@@ -29,6 +29,8 @@ if [ ! -x "$MIRROR_TOOL" ]; then
 fi
 T=$MIRROR_TOOL
 export LC_ALL=C
+# The tests' source directory: helper scripts (hostile-nbd.py) live there.
+TEST_SRCDIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Background processes to kill on exit (see track_pid).
 _lib_pids=

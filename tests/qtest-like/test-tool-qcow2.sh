@@ -268,3 +268,32 @@ for img in comp za; do
     ok "convert -n over qemu's $img clusters: partial overwrites, zeroes"
 done
 
+
+# start --sync top: only what the overlay itself allocates is copied; the
+# target shares the base, so it reads the same as the source, and its map
+# has data only where the overlay has (qemu's sync=top, iotests 041).
+rm -f st-src.qcow2 st-dst.qcow2 st-full.qcow2
+q qemu-img create -f qcow2 -b b1.raw -F raw -o cluster_size=65536 \
+    st-src.qcow2 6M
+qio st-src.qcow2 'write -P 0x71 1M 128k' 'write -z 3M 64k' \
+    'write -P 0x72 5M 64k'
+q qemu-img create -f qcow2 -b b1.raw -F raw -o cluster_size=65536 \
+    st-dst.qcow2 6M
+expect_ok "$T" start --sync top -f qcow2 -O qcow2 st-src.qcow2 st-dst.qcow2
+q qemu-img compare -f qcow2 -F qcow2 st-src.qcow2 st-dst.qcow2
+q qemu-img check -f qcow2 st-dst.qcow2
+q qemu-img map --output=json -f qcow2 st-dst.qcow2
+python3 - "$last_out" <<'PY' || fail "sync=top copied what the base holds"
+import json, sys
+top = [(e['start'], e['length']) for e in json.load(open(sys.argv[1]))
+       if e['depth'] == 0]
+# Data at 1M (128k) and 5M (64k) and the zero cluster at 3M; the rest of
+# the 6 MiB comes from the base, at depth 1.
+covered = sum(l for _, l in top)
+assert covered == 256 * 1024, top
+PY
+# And sync=full into a blank target copies everything.
+q qemu-img create -f qcow2 -o cluster_size=65536 st-full.qcow2 6M
+expect_ok "$T" start --sync full -f qcow2 -O qcow2 st-src.qcow2 st-full.qcow2
+q qemu-img compare -f qcow2 -F qcow2 st-src.qcow2 st-full.qcow2
+ok "start --sync top copies only the overlay's clusters; --sync full all"

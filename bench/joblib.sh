@@ -1,0 +1,205 @@
+# shellcheck shell=bash
+# bench/joblib.sh - helpers shared by bench/mirror.sh and bench/live.sh:
+# one mirror job at a time under a QMP daemon, either `mirror-tool start
+# --qmp` or qemu-storage-daemon's blockdev-mirror, driven by bench/qmp.py.
+# Sourced after bench/lib.sh.  The caller sets BENCH, MT, ROOT, SCRATCH,
+# TIMEOUT, QSD (the qemu-storage-daemon binary) and EXPORT (1: the source
+# is also served over NBD, as in a live migration), then adds rows.  See
+# bench/README.md.
+
+SRC_NAME=disk                   # the NBD export name of the source (live)
+
+# Rows: JLABEL[i], JKIND[i] (mt or qsd), JOPTS[i] (extra mirror-tool
+# options, word-split).
+JLABEL=() JKIND=() JOPTS=()
+# shellcheck disable=SC2116,SC2086 # echo squeezes the spaces
+add_job_row() { JLABEL+=("$1") JKIND+=("$2") JOPTS+=("$(echo $3)"); }
+
+# add_mt_extra_rows: one mirror-tool row per ';'-separated MIRROR_EXTRA set.
+add_mt_extra_rows() {
+    local e
+    local -a extras
+    IFS=';' read -ra extras <<<"$MIRROR_EXTRA"
+    for e in "${extras[@]}"; do
+        e=$(echo $e)           # trim
+        [[ -n $e ]] && add_job_row "mirror-tool $e" mt "$e"
+    done
+    return 0
+}
+
+# make_random PATH SIZE KEY: a fully allocated random file of SIZE (K/M/G).
+make_random() { randstream "$3" | head -c "$(to_bytes "$2")" >"$1"; }
+
+export_uri() { echo "nbd+unix:///$SRC_NAME?socket=$SCRATCH/export.sock"; }
+
+# daemon_cmd ROW: the daemon's command line, for the shell of `nbdkit
+# --run`, where "$uri" and $unixsocket name the target server.
+# shellcheck disable=SC2016 # expanded by nbdkit's --run shell
+daemon_cmd() {
+    local k=$1 q=$SCRATCH/qmp.sock e=$SCRATCH/export.sock
+    if [[ ${JKIND[k]} == mt ]]; then
+        echo "$MT start --qmp $q --qmp-wait --job-id j ${JOPTS[k]}" \
+            "${EXPORT:+--export unix:$e --export-name $SRC_NAME}" \
+            "$SCRATCH/src \"\$uri\""
+    else
+        echo "$QSD --blockdev driver=file,filename=$SCRATCH/src,node-name=src" \
+            "${EXPORT:+--nbd-server addr.type=unix,addr.path=$e}" \
+            "${EXPORT:+--export type=nbd,id=e,node-name=src,name=$SRC_NAME,writable=on}" \
+            '--blockdev driver=nbd,server.type=unix,server.path=$unixsocket,node-name=tgt' \
+            "--chardev socket,path=$q,server=on,wait=off,id=m --monitor chardev=m"
+    fi
+}
+
+QSD_START='{"execute": "blockdev-mirror", "arguments": {"job-id": "j", "device": "src", "target": "tgt", "sync": "full"}}'
+
+# print_rows: the header lines naming every row's command.
+print_rows() {
+    local k
+    for ((k = 0; k < ${#JLABEL[@]}; k++)); do
+        printf '#   %-34s %s\n' "${JLABEL[k]}:" \
+            "$(daemon_cmd "$k" | sed "s|$MT|mirror-tool|; s|$SCRATCH|\$SCRATCH|g")"
+    done
+    echo "#   then over QMP: mirror-tool: qmp_capabilities starts the job" \
+        "(--qmp-wait); qemu-storage-daemon: qmp_capabilities, then $QSD_START"
+}
+
+# job_run WL ROW TIMED SERVER_ARGS [WRITER]: re-create the target from the
+# template, run row ROW's job into `nbdkit -U - SERVER_ARGS` (with WRITER,
+# a command line, running from the start of the job until READY), check
+# the target against the source, and record a line in $RES:
+#   wl row ready_s done_s pause_ms left_bytes cpu_s rss_kib writer_Bps load1
+# A failure is logged in $FAILS and does not stop the benchmark.
+job_run() {
+    local wl=$1 row=$2 timed=$3 writer=${5:-} inner rc=0 why=
+    local -a server
+    read -ra server <<<"$4"
+    rm -f "$SCRATCH/target" "$SCRATCH/res" "$SCRATCH/qmp.sock" \
+        "$SCRATCH/export.sock"
+    cp --sparse=never "$SCRATCH/tmpl" "$SCRATCH/target"
+    inner="python3 $ROOT/bench/qmp.py --qmp $SCRATCH/qmp.sock"
+    inner+=" --out $SCRATCH/res --log $SCRATCH/log --timeout $TIMEOUT"
+    [[ ${JKIND[row]} == qsd ]] && inner+=" --start $(printf %q "$QSD_START")"
+    [[ -n $writer ]] && inner+=" --writer $(printf %q "$writer") --writer-ready 'connected to NBD server'"
+    inner+=" -- $(daemon_cmd "$row")"
+    timeout $((TIMEOUT + 30)) nbdkit -U - "${server[@]}" --run "$inner" \
+        >"$SCRATCH/out" 2>&1 || rc=$?
+    if ((rc == 124)); then why="timed out after $((TIMEOUT + 30))s"
+    elif ((rc != 0)); then why="exit status $rc: $(tail -1 "$SCRATCH/out")"
+    elif ! cmp -s "$SCRATCH/src" "$SCRATCH/target"; then
+        why="target differs from source"
+    fi
+    if [[ -n $why ]]; then
+        log "  [$wl] ${JLABEL[row]}: FAILED: $why; daemon log:"
+        tail -n 10 "$SCRATCH/log" 2>/dev/null | sed 's/^/    /' >&2
+        printf '%s\t%s\t%s\n' "$wl" "$row" "$why" >>"$FAILS"
+        return 0
+    fi
+    local ready fin pause left cpu rss wbps
+    read -r ready fin pause left cpu rss wbps <"$SCRATCH/res"
+    if [[ $timed == 1 ]]; then
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$wl" "$row" "$ready" \
+            "$fin" "$pause" "$left" "$cpu" "$rss" "$wbps" \
+            "$(cut -d' ' -f1 /proc/loadavg)" >>"$RES"
+    fi
+    # shellcheck disable=SC2034 # for live.sh's copy rate
+    LAST_READY=$ready
+    log "  [$wl$( ((timed)) || echo " warm-up")] ${JLABEL[row]}: ready ${ready}s" \
+        "done ${fin}s pause ${pause}ms left $((left / 1024))KiB cpu ${cpu}s" \
+        "rss $((rss / 1024))MiB$( ((wbps)) && echo " writer $((wbps / MiB))MiB/s")"
+}
+
+# job_rounds WL SERVER_ARGS [WRITER]: RUNS rounds, the row order rotated
+# by the round number.
+job_rounds() {
+    local r k n=${#JLABEL[@]}
+    for ((r = 0; r < RUNS; r++)); do
+        log "  round $((r + 1))/$RUNS"
+        for ((k = 0; k < n; k++)); do job_run "$1" $(((r + k) % n)) 1 "$2" "${3:-}"; done
+    done
+}
+
+jcol() { awk -F'\t' -v w="$1" -v r="$2" -v c="$3" '$1 == w && $2 == r { print $c }' "$RES"; }
+
+# job_report WL TITLE LIVE GOAL: the table (LIVE=1 adds the switch-over
+# columns) and a verdict per mirror-tool row; ratios are against the
+# qemu-storage-daemon row.
+job_report() {
+    local wl=$1 live=$3 goal=$4 k ref=-1 n=${#JLABEL[@]} nf ok pok r
+    local -a RD DN CPU RSS PS PX LF WR
+    for ((k = 0; k < n; k++)); do
+        RD[k]=$(jcol "$wl" "$k" 3 | median)
+        DN[k]=$(jcol "$wl" "$k" 4 | median)
+        PS[k]=$(jcol "$wl" "$k" 5 | median)
+        PX[k]=$(jcol "$wl" "$k" 5 | sort -g | tail -1)
+        LF[k]=$(jcol "$wl" "$k" 6 | awk '{ print $1 / 1048576 }' | median)
+        CPU[k]=$(jcol "$wl" "$k" 7 | median)
+        RSS[k]=$(jcol "$wl" "$k" 8 | sort -n | tail -1)
+        WR[k]=$(jcol "$wl" "$k" 9 | awk '{ print $1 / 1048576 }' | median)
+        [[ ${JKIND[k]} == qsd ]] && ref=$k
+    done
+    echo
+    echo "== $2 (RUNS=$RUNS; ratios = median / median of qemu-storage-daemon) =="
+    awk -F'\t' -v w="$wl" '$1 == w { n++; s += $10; if ($10 > m) m = $10 } END {
+        if (n) printf "1-minute load average after the runs: mean %.1f, max %.1f\n", s / n, m }' "$RES"
+    if ((live)); then
+        printf '%-34s %8s %5s %8s %6s %8s %8s %7s %6s %7s %4s\n' tool ready_s ratio \
+            pause_ms max_ms left_MiB wr_MiB/s done_s cpu_s rss_MiB fail
+    else
+        printf '%-34s %8s %5s %8s %5s %6s %7s %4s\n' tool ready_s ratio done_s \
+            ratio cpu_s rss_MiB fail
+    fi
+    for ((k = 0; k < n; k++)); do
+        nf=$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r' "$FAILS" | wc -l)
+        if ((live)); then
+            printf '%-34s %8s %5s %8s %6s %8s %8s %7s %6s %7s %4s\n' "${JLABEL[k]}" \
+                "${RD[k]}" "$(ratio "${RD[k]}" "${RD[ref]}")" "${PS[k]}" "${PX[k]:-nan}" \
+                "${LF[k]}" "${WR[k]}" "${DN[k]}" "${CPU[k]}" $((${RSS[k]:-0} / 1024)) "$nf"
+        else
+            printf '%-34s %8s %5s %8s %5s %6s %7s %4s\n' "${JLABEL[k]}" "${RD[k]}" \
+                "$(ratio "${RD[k]}" "${RD[ref]}")" "${DN[k]}" \
+                "$(ratio "${DN[k]}" "${DN[ref]}")" "${CPU[k]}" $((${RSS[k]:-0} / 1024)) "$nf"
+        fi
+    done
+    for ((k = 0; k < n; k++)); do
+        [[ ${JKIND[k]} == mt ]] || continue
+        r=$(ratio "${RD[k]}" "${RD[ref]}")
+        ok=no
+        [[ $r != nan ]] && ! gt "$r" "$goal" && ok=yes
+        if ((live)); then
+            pok=no
+            [[ ${PS[k]} != nan ]] && gt 10 "${PS[k]}" && pok=yes
+            echo "verdict $wl: ${JLABEL[k]}: time to READY ${r}x qemu-storage-daemon's" \
+                "<= ${goal}x: $ok; median pause ${PS[k]} ms < 10 ms: $pok"
+        else
+            echo "verdict $wl: ${JLABEL[k]}: time to READY ${r}x qemu-storage-daemon's" \
+                "<= ${goal}x: $ok"
+        fi
+    done
+    while IFS=$'\t' read -r w k r; do
+        [[ $w == "$wl" ]] && echo "failure $wl: ${JLABEL[k]}: $r"
+    done <"$FAILS"
+    return 0
+}
+
+# print_header NAME SETTINGS: the common header lines.
+print_header() {
+    echo "# $1 $2"
+    echo "# machine: nproc=$(nproc), $(uname -srm), $(awk '/MemTotal/ { printf "%.1f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
+    echo "# versions: $("$MT" --version 2>&1 | head -1) ($MT_SRC, sha256" \
+        "$(sha256sum "$MT" | cut -c1-12)); $("$QSD" --version | head -1); $(nbdkit --version)"
+    echo "# defaults, both tools: granularity 64K (an NBD target has no cluster size)," \
+        "buf-size 16M, operations of at most 1M, 16 in flight; NBD connections to the" \
+        "target: mirror-tool 4 (--connections), qemu-storage-daemon 1"
+    echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# setup_scratch PREFIX: SCRATCH, RES, FAILS, the private mirror-tool copy.
+setup_scratch() {
+    SCRATCH=$(mktemp -d "/dev/shm/$1.XXXXXX")
+    trap 'rm -rf "$SCRATCH"' EXIT
+    trap 'exit 130' INT TERM
+    RES=$SCRATCH/results.tsv FAILS=$SCRATCH/fails.tsv
+    : >"$RES"; : >"$FAILS"
+    MT=$SCRATCH/mirror-tool     # a rebuild during the run changes nothing
+    cp "$MT_SRC" "$MT"
+}
