@@ -157,6 +157,15 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         }
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
+    } else if (o->export_addr) {
+        /*
+         * Live: guests share the main loop and the CPUs with the copy.
+         * Four connections to the target starve them (bench/live.sh: fio
+         * got a third of its rate), one keeps them at full speed and still
+         * reaches READY sooner than qemu-storage-daemon does.
+         */
+        g_hash_table_insert(nbd_opts, g_strdup("connections"),
+                            g_strdup("1"));
     }
     p->auto_converge = o->auto_converge;
     if (o->converge_after) {
@@ -279,7 +288,7 @@ int cmd_start(int argc, char **argv)
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
-          "NBD connections per NBD end, 1..16 (default 4)", "N" },
+          "NBD connections per NBD end, 1..16 (default 4; 1 with --export)", "N" },
         { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
           "the job's id and device name in QMP (default: mirror)", "ID" },
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,
