@@ -3,7 +3,7 @@
  * and `info`.  Opening parses the URI (block/nbd-uri.c), connects one
  * handle synchronously (the control path may block), reads the export's
  * size, flags and block size constraints, and when the server advertises
- * multi-conn opens up to "connections" handles (default 4).  From then on
+ * multi-conn opens up to "connections" handles (default: one per CPU, at most 4).  From then on
  * every handle is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
@@ -23,6 +23,11 @@ static bool nbdblk_recognize_spec(const char *spec)
     return nbdblk_spec_is_uri(spec);
 }
 
+int nbdblk_default_connections(void)
+{
+    return CLAMP((int)g_get_num_processors(), 1, 4);
+}
+
 static bool nbdblk_parse_connections(GHashTable *options, int *n,
                                      GError **errp)
 {
@@ -30,7 +35,7 @@ static bool nbdblk_parse_connections(GHashTable *options, int *n,
     g_autoptr(GError) err = NULL;
     int64_t count;
 
-    *n = NBDBLK_DEFAULT_CONNECTIONS;
+    *n = nbdblk_default_connections();
     if (!v) {
         return true;
     }

@@ -271,7 +271,7 @@ int cmd_convert(int argc, char **argv)
           "bytes of data in flight (default 16M)", "SIZE" },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per end when the server allows multi-conn, "
-          "1..16 (default 4)", "N" },
+          "1..16 (default: CPUs up to 4)", "N" },
         { "cache", 't', 0, G_OPTION_ARG_STRING, &o.dst_cache,
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,

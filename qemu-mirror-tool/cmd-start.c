@@ -288,7 +288,7 @@ int cmd_start(int argc, char **argv)
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
-          "NBD connections per NBD end, 1..16 (default 4; 1 with --export)", "N" },
+          "NBD connections per NBD end, 1..16 (default: CPUs up to 4; 1 with --export)", "N" },
         { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
           "the job's id and device name in QMP (default: mirror)", "ID" },
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,
