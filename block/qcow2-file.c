@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,21 +26,22 @@
 
 typedef struct Qcow2Debug {
     int64_t kill_at;            /* 0: never */
-    bool count;
+    char *count_path;           /* where `count` writes the trace */
     int64_t l2_cache;           /* tables; 0: the default */
     int64_t rb_cache;
     gint changes;               /* file changes so far (atomic) */
-    char trace[QCOW2_DEBUG_TRACE];  /* their kinds, for `count` */
+    char *trace;                /* their kinds, for `count` */
 } Qcow2Debug;
 
 static Qcow2Debug qcow2_debug;
 
+/* At exit: the kinds of the changes, one letter each, into count_path. */
 static void qcow2_debug_report(void)
 {
     gint n = g_atomic_int_get(&qcow2_debug.changes);
 
-    fprintf(stderr, "qcow2-debug: %d file changes: %.*s\n", n,
-            MIN(n, QCOW2_DEBUG_TRACE), qcow2_debug.trace);
+    g_file_set_contents(qcow2_debug.count_path, qcow2_debug.trace,
+                        MIN(n, QCOW2_DEBUG_TRACE), NULL);
 }
 
 static int64_t qcow2_debug_number(const char *key, const char *v)
@@ -71,8 +71,8 @@ static const Qcow2Debug *qcow2_debug_get(void)
                 continue;
             } else if (!strcmp(kv[0], "kill-at")) {
                 qcow2_debug.kill_at = qcow2_debug_number(kv[0], kv[1]);
-            } else if (!strcmp(kv[0], "count")) {
-                qcow2_debug.count = true;
+            } else if (!strcmp(kv[0], "count") && kv[1] && kv[1][0]) {
+                qcow2_debug.count_path = g_strdup(kv[1]);
             } else if (!strcmp(kv[0], "l2-cache")) {
                 qcow2_debug.l2_cache = qcow2_debug_number(kv[0], kv[1]);
             } else if (!strcmp(kv[0], "rb-cache")) {
@@ -81,7 +81,8 @@ static const Qcow2Debug *qcow2_debug_get(void)
                 g_error("%s: unknown key '%s'", QCOW2_DEBUG_ENV, kv[0]);
             }
         }
-        if (qcow2_debug.count) {
+        if (qcow2_debug.count_path) {
+            qcow2_debug.trace = g_malloc0(QCOW2_DEBUG_TRACE);
             atexit(qcow2_debug_report);
         }
         g_once_init_leave(&done, 1);
@@ -94,11 +95,11 @@ void qcow2_debug_change(char kind)
     const Qcow2Debug *d = qcow2_debug_get();
     gint n;
 
-    if (!d->kill_at && !d->count) {
+    if (!d->kill_at && !d->trace) {
         return;
     }
     n = g_atomic_int_add(&qcow2_debug.changes, 1) + 1;
-    if (n <= QCOW2_DEBUG_TRACE) {
+    if (d->trace && n <= QCOW2_DEBUG_TRACE) {
         qcow2_debug.trace[n - 1] = kind;
     }
     if (n == d->kill_at) {

@@ -416,9 +416,8 @@ int qcow2_sync(BDRVQcow2State *s);
  *   kill-at=N    SIGKILL the process just before its N-th change to an
  *                image file (a write, a sync or a truncate, counted over
  *                all images and threads), as a crash would stop it;
- *   count        print "qcow2-debug: N file changes: KINDS" at exit,
- *                KINDS one letter per change: W write, S sync,
- *                T truncate;
+ *   count=PATH   write the kinds of the changes to PATH at exit, one
+ *                letter per change: W write, S sync, T truncate;
  *   l2-cache=N, rb-cache=N   cache sizes in tables (at least 4), so
  *                that small images evict, and so write metadata, early.
  * qcow2_debug_change(KIND) is called before every such change.

@@ -101,10 +101,10 @@ EOF
 calibrate()
 {
     local trace p d
-    QEMU_MIRROR_QCOW2_DEBUG=count,$DEBUG run "$@"
+    rm -f trace.txt
+    QEMU_MIRROR_QCOW2_DEBUG=count=$PWD/trace.txt,$DEBUG run "$@"
     [ "$last_rc" = 0 ] || fail "calibration run failed"
-    trace=$(sed -n 's/^qcow2-debug: [0-9]* file changes: //p' "$last_err" |
-            tail -1)
+    trace=$(cat trace.txt 2>/dev/null)
     total=${#trace}
     near=()
     for (( p = 0; p < total; p++ )); do
