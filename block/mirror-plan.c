@@ -18,28 +18,46 @@
 
 /* ---- source block status, fetched lazily in large windows ---- */
 
+/* The index of the first extent of @st (sorted, contiguous) that ends
+ * after @offset; st->len if none does. */
+static guint mirror_extent_index(GArray *st, int64_t offset)
+{
+    guint lo = 0, hi = st->len;
+
+    while (lo < hi) {
+        guint mid = lo + (hi - lo) / 2;
+        const BlockExtent *e = &g_array_index(st, BlockExtent, mid);
+
+        if (e->offset + e->length <= offset) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 static const BlockExtent *mirror_status_lookup(MirrorJob *s, int64_t offset)
 {
     GArray *st = s->status;
+    const BlockExtent *e;
 
     if (!st || !st->len || offset < s->status_start ||
         offset >= s->status_end) {
         return NULL;
     }
-    /* The cursor moves forward, so start from the last hit. */
-    if (s->status_idx >= st->len ||
-        g_array_index(st, BlockExtent, s->status_idx).offset > offset) {
-        s->status_idx = 0;
-    }
-    for (guint i = s->status_idx; i < st->len; i++) {
-        const BlockExtent *e = &g_array_index(st, BlockExtent, i);
-
-        if (offset < e->offset + e->length) {
+    /* The cursor moves forward: try the last hit and the next first. */
+    for (guint i = s->status_idx; i < MIN(s->status_idx + 2, st->len); i++) {
+        e = &g_array_index(st, BlockExtent, i);
+        if (e->offset <= offset && offset < e->offset + e->length) {
             s->status_idx = i;
             return e;
         }
     }
-    return NULL;
+    s->status_idx = mirror_extent_index(st, offset);
+    return s->status_idx < st->len ? &g_array_index(st, BlockExtent,
+                                                    s->status_idx)
+                                   : NULL;
 }
 
 /*
@@ -60,19 +78,7 @@ static bool mirror_extent_copies(MirrorJob *s, const BlockExtent *e)
 static bool mirror_status_copies(MirrorJob *s, GArray *st, int64_t offset,
                                  int64_t bytes)
 {
-    guint lo = 0, hi = st->len;
-
-    while (lo < hi) {       /* the first extent ending after @offset */
-        guint mid = lo + (hi - lo) / 2;
-        const BlockExtent *e = &g_array_index(st, BlockExtent, mid);
-
-        if (e->offset + e->length <= offset) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    for (guint i = lo; i < st->len; i++) {
+    for (guint i = mirror_extent_index(st, offset); i < st->len; i++) {
         const BlockExtent *e = &g_array_index(st, BlockExtent, i);
 
         if (e->offset >= offset + bytes) {
