@@ -38,6 +38,14 @@ typedef struct BlockLimits {
 
     /* Preferred request size, informational.  0 = none. */
     int64_t opt_transfer;
+
+    /*
+     * Independent channels the driver spreads requests over (NBD: the
+     * connections in use), each with its own server-side workers; callers
+     * that size a window of requests in flight scale it by this.
+     * 0 = one.
+     */
+    uint32_t channels;
 } BlockLimits;
 
 struct BlockDriver {

@@ -408,6 +408,11 @@ uint32_t bdrv_get_mem_alignment(BlockDriverState *bs)
     return bs->bl.min_mem_alignment;
 }
 
+uint32_t bdrv_get_channels(BlockDriverState *bs)
+{
+    return MAX(bs->bl.channels, 1);
+}
+
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp)
 {
     *info = (BlockImageInfo) {

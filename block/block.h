@@ -157,6 +157,9 @@ int64_t bdrv_get_cluster_size(BlockDriverState *bs);
 uint32_t bdrv_get_request_alignment(BlockDriverState *bs);
 uint32_t bdrv_get_mem_alignment(BlockDriverState *bs);
 
+/* Independent request channels of @bs (BlockLimits.channels), at least 1. */
+uint32_t bdrv_get_channels(BlockDriverState *bs);
+
 /* Fill @info for `info`.  Returns false with @errp set on failure. */
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
 

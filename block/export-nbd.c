@@ -7,6 +7,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/export-nbd-int.h"
+#include "util/sockets.h"
 
 #include <errno.h>
 #include <glib-unix.h>
@@ -106,6 +107,8 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
         }
         if (srv->port >= 0) {
             setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        } else {
+            socket_unix_tune_sndbuf(cfd);
         }
         nbdsrv_client_new(srv, cfd);
     }

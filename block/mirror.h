@@ -26,6 +26,8 @@
 #define MIRROR_DEFAULT_MAX_IN_FLIGHT 16             /* MAX_IN_FLIGHT */
 #define MIRROR_DEFAULT_BUF_SIZE      (16 << 20)
 #define MIRROR_MAX_IN_FLIGHT_LIMIT   1024
+/* The default window is scaled by at most this many channels. */
+#define MIRROR_MAX_WINDOW_CHANNELS   4
 #define MIRROR_MIN_GRANULARITY       512
 #define MIRROR_MAX_GRANULARITY       (64 << 20)
 #define MIRROR_MIN_CHUNK_SIZE        (4 << 10)

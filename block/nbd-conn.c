@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/nbd-int.h"
+#include "util/sockets.h"
 
 #include <errno.h>
 #include <sys/socket.h>
@@ -71,15 +72,17 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
         return false;
     }
     /*
-     * Structured replies and base:allocation for block status; zeroed
-     * read buffers (CVE-2022-0485); libnbd's default strict mode stays on
-     * (bounds, alignment, flags checked before anything is sent).
+     * Structured replies and base:allocation for block status; libnbd's
+     * default strict mode stays on (bounds, alignment, flags checked
+     * before anything is sent).  Read buffers are not zeroed first (the
+     * CVE-2022-0485 guard): libnbd fails a read the server did not cover
+     * in full, and no caller uses the buffer of a failed read.
      */
     r = nbd_set_handle_name(h, name);
     r = r < 0 ? r : nbd_set_export_name(h, uri->export_name);
     r = r < 0 ? r : nbd_set_request_structured_replies(h, true);
     r = r < 0 ? r : nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
-    r = r < 0 ? r : nbd_set_pread_initialize(h, true);
+    r = r < 0 ? r : nbd_set_pread_initialize(h, false);
     r = r < 0 ? r : nbdblk_conn_setup_tls(uri, h);
     if (r >= 0) {
         if (uri->transport == NBDBLK_TRANSPORT_UNIX) {
@@ -92,6 +95,9 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
         nbdblk_conn_error(s, errp);
         nbd_close(h);
         return false;
+    }
+    if (uri->transport == NBDBLK_TRANSPORT_UNIX) {
+        socket_unix_tune_sndbuf(nbd_aio_get_fd(h));
     }
     c->s = s;
     c->h = h;

@@ -229,6 +229,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->opt_transfer = MIN(s->pref_block, bl->max_transfer);
     bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(NBDBLK_MAX_LENGTH, align);
     bl->max_pdiscard = bl->max_pwrite_zeroes;
+    bl->channels = s->nr_conns;
 }
 
 static void nbdblk_info_add(GPtrArray *specific, const char *fmt, ...)

@@ -30,6 +30,7 @@ typedef struct NullState {
     GRand *rand;
     uint32_t align;
     int64_t max_transfer;
+    int64_t channels;           /* BlockLimits.channels */
     bool zeroes;
     NullExtents extents;
     int64_t run;                /* alternate run length */
@@ -103,6 +104,7 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "jitter-ns", 0, &s->jitter_ns, errp) ||
         !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
         !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
+        !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
         !fault_opt_bool(opts, "null", "record", false, &record, errp) ||
         !null_parse_extents(s, opts, errp) ||
@@ -152,6 +154,7 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 
     bl->request_alignment = s->align;
     bl->max_transfer = s->max_transfer;
+    bl->channels = MIN(s->channels, 64);
 }
 
 /* ---- requests ---- */

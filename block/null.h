@@ -9,6 +9,7 @@
  *                        requests complete out of order
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
+ *   channels=N           request channels it claims, like NBD connections (1)
  *   zeroes=on|off        support write-zeroes (default on)
  *   extents=data|zero|alternate:SIZE
  *                        block status: all data (default), all zero

@@ -17,8 +17,9 @@
 #include <errno.h>
 #include <stdio.h>
 
-/* Defaults chosen by measurement: see docs/mirror-tool.md and bench/. */
-#define CONVERT_DEFAULT_PARALLEL   16
+/* Defaults chosen by measurement: see docs/mirror-tool.md and bench/.
+ * -m and --buf-size default to the mirror job's (scaled by NBD
+ * connections, block/mirror-setup.c). */
 #define CONVERT_DEFAULT_SPARSE     (4 * KiB)
 #define CONVERT_MAX_SPARSE         (16 * MiB)
 
@@ -85,7 +86,6 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
     p->auto_complete = true;
     p->allow_larger_target = true;
     p->in_order = !o->oob_writes;
-    p->max_in_flight = CONVERT_DEFAULT_PARALLEL;
     p->sparse_size = CONVERT_DEFAULT_SPARSE;
     p->target_is_zero = o->target_is_zero;
     p->compress = o->compress;

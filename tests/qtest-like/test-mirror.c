@@ -115,6 +115,38 @@ static void test_limits_buf_size(void)
     fixture_destroy(&f);
 }
 
+/*
+ * Left at their defaults, max-in-flight and buf-size grow with the request
+ * channels (NBD connections) of either end, up to four.
+ */
+static void test_limits_channels(void)
+{
+    static const struct {
+        const char *dst;
+        uint64_t window;
+    } cases[] = {
+        { "null:size=128M,latency-ns=2000000", 16 },
+        { "null:size=128M,latency-ns=2000000,channels=2", 32 },
+        { "null:size=128M,latency-ns=2000000,channels=9", 64 },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        MirrorParams p = params(0, 0, 0);
+        Fixture f;
+        NullStats st;
+
+        fixture_init(&f, "null:size=128M", cases[i].dst, &p);
+        fixture_run(&f);
+        g_assert_cmpint(f.job->ret, ==, 0);
+        null_get_stats(f.dst, &st);
+        g_assert_cmpuint(st.max_in_flight, ==, cases[i].window);
+        g_assert_cmpint(st.max_data_bytes_in_flight, ==,
+                        cases[i].window * MiB);
+        g_assert_cmpuint(st.bytes[NULL_OP_WRITE], ==, 128 * MiB);
+        fixture_destroy(&f);
+    }
+}
+
 static void test_chunk_cap_large_granularity(void)
 {
     /* A granule larger than the chunk: io.c still caps each I/O. */
@@ -494,6 +526,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mirror/limits/in-flight", test_limits_in_flight);
     g_test_add_func("/mirror/limits/buf-size", test_limits_buf_size);
+    g_test_add_func("/mirror/limits/channels", test_limits_channels);
     g_test_add_func("/mirror/limits/chunk-cap-large-granularity",
                     test_chunk_cap_large_granularity);
     g_test_add_func("/mirror/bulk/coalesce", test_coalesce);
