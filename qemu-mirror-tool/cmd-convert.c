@@ -124,28 +124,9 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
         }
         p->speed = v;
     }
-    if (o->chunk_size) {
-        if (!parse_size_range("--chunk-size", o->chunk_size,
-                              MIRROR_MIN_CHUNK_SIZE, MIRROR_MAX_CHUNK_SIZE,
-                              true, &v, &err)) {
-            goto out_err;
-        }
-        p->chunk_size = v;
-    }
-    if (o->buf_size) {
-        if (!parse_size_range("--buf-size", o->buf_size, 4 * KiB, 4 * GiB,
-                              false, &v, &err)) {
-            goto out_err;
-        }
-        p->buf_size = v;
-    }
-    if (o->connections) {
-        if (!parse_count("--connections", o->connections, 1, 16, &v,
-                         &err)) {
-            goto out_err;
-        }
-        g_hash_table_insert(nbd_opts, g_strdup("connections"),
-                            g_strdup_printf("%" G_GINT64_FORMAT, v));
+    if (!tool_parse_engine_options(o->chunk_size, o->buf_size,
+                                   o->connections, p, nbd_opts, &err)) {
+        goto out_err;
     }
     if (o->compress && (!o->dst_format || strcmp(o->dst_format, "qcow2"))) {
         tool_error("-c: compressed output needs a qcow2 target (-O qcow2)");

@@ -122,20 +122,9 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         }
         p->granularity = v;
     }
-    if (o->chunk_size) {
-        if (!parse_size_range("--chunk-size", o->chunk_size,
-                              MIRROR_MIN_CHUNK_SIZE, MIRROR_MAX_CHUNK_SIZE,
-                              true, &v, &err)) {
-            goto out_err;
-        }
-        p->chunk_size = v;
-    }
-    if (o->buf_size) {
-        if (!parse_size_range("--buf-size", o->buf_size, 4 * KiB, 4 * GiB,
-                              false, &v, &err)) {
-            goto out_err;
-        }
-        p->buf_size = v;
+    if (!tool_parse_engine_options(o->chunk_size, o->buf_size,
+                                   o->connections, p, nbd_opts, &err)) {
+        goto out_err;
     }
     if (o->max_in_flight) {
         if (!parse_count("--max-in-flight", o->max_in_flight, 1,
@@ -150,14 +139,7 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         }
         p->speed = v;
     }
-    if (o->connections) {
-        if (!parse_count("--connections", o->connections, 1, 16, &v,
-                         &err)) {
-            goto out_err;
-        }
-        g_hash_table_insert(nbd_opts, g_strdup("connections"),
-                            g_strdup_printf("%" G_GINT64_FORMAT, v));
-    } else if (o->export_addr) {
+    if (!o->connections && o->export_addr) {
         /*
          * Live: guests share the main loop and the CPUs with the copy.
          * Four connections to the target starve them (bench/live.sh: fio

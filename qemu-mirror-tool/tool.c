@@ -5,6 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
+#include "block/mirror.h"
+#include "util/cutils.h"
 
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
@@ -173,4 +175,35 @@ GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts)
     const char *drv = bdrv_spec_driver(spec);
 
     return drv && !strcmp(drv, "nbd") ? nbd_opts : NULL;
+}
+
+bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
+                               const char *connections, MirrorParams *p,
+                               GHashTable *nbd_opts, GError **errp)
+{
+    int64_t v;
+
+    if (chunk_size) {
+        if (!parse_size_range("--chunk-size", chunk_size,
+                              MIRROR_MIN_CHUNK_SIZE, MIRROR_MAX_CHUNK_SIZE,
+                              true, &v, errp)) {
+            return false;
+        }
+        p->chunk_size = v;
+    }
+    if (buf_size) {
+        if (!parse_size_range("--buf-size", buf_size, 4 * KiB, 4 * GiB,
+                              false, &v, errp)) {
+            return false;
+        }
+        p->buf_size = v;
+    }
+    if (connections) {
+        if (!parse_count("--connections", connections, 1, 16, &v, errp)) {
+            return false;
+        }
+        g_hash_table_insert(nbd_opts, g_strdup("connections"),
+                            g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
+    return true;
 }

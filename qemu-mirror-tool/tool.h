@@ -86,6 +86,17 @@ BlockDriverState *tool_open_one_image(const char *command,
 bool tool_parse_choice(const char *opt, const char *value,
                        const char *const *choices, int *index);
 
+/*
+ * The copy-engine options convert and start share: --chunk-size and
+ * --buf-size into @p, --connections into @nbd_opts ("connections").  A
+ * NULL value leaves the default.  False with @errp set naming the bad
+ * value.
+ */
+typedef struct MirrorParams MirrorParams;
+bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
+                               const char *connections, MirrorParams *p,
+                               GHashTable *nbd_opts, GError **errp);
+
 /* Open options for @spec: @nbd_opts for NBD URIs, else NULL. */
 GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts);
 
