@@ -31,7 +31,7 @@ typedef struct BlkdebugState {
 /* One request, held while its latency runs. */
 typedef struct BlkdebugReq {
     BlockDriverState *bs;
-    FaultOp op;
+    BdrvOp op;
     int64_t offset;
     int64_t bytes;
     void *buf;
@@ -120,45 +120,22 @@ static gboolean blkdebug_forward(gpointer opaque)
     BlockDriverState *child = s->child;
     BlockCompletionFunc *cb = r->cb;
     void *cb_opaque = r->opaque;
-    int ret = fault_rule_check(&s->fault, r->op, r->offset, r->bytes);
+    int ret = fault_rule_check(&s->fault, (FaultOp)r->op, r->offset,
+                               r->bytes);
 
     if (ret) {
         bdrv_complete_later(cb, cb_opaque, ret);
         g_free(r);
         return G_SOURCE_REMOVE;
     }
-    switch (r->op) {
-    case FAULT_OP_READ:
-        bdrv_aio_pread(child, r->offset, r->bytes, r->buf, r->flags, cb,
-                       cb_opaque);
-        break;
-    case FAULT_OP_WRITE:
-        bdrv_aio_pwrite(child, r->offset, r->bytes, r->buf, r->flags, cb,
-                        cb_opaque);
-        break;
-    case FAULT_OP_ZERO:
-        bdrv_aio_pwrite_zeroes(child, r->offset, r->bytes, r->flags, cb,
-                               cb_opaque);
-        break;
-    case FAULT_OP_DISCARD:
-        bdrv_aio_pdiscard(child, r->offset, r->bytes, cb, cb_opaque);
-        break;
-    case FAULT_OP_FLUSH:
-        bdrv_aio_flush(child, cb, cb_opaque);
-        break;
-    case FAULT_OP_STATUS:
-        bdrv_aio_block_status(child, r->offset, r->bytes, r->extents, cb,
-                              cb_opaque);
-        break;
-    default:
-        g_assert_not_reached();
-    }
+    bdrv_aio_submit(child, r->op, r->offset, r->bytes, r->buf, r->flags,
+                    r->extents, cb, cb_opaque);
     g_free(r);
     return G_SOURCE_REMOVE;
 }
 
 /* Pass a request on after the latency (at once when there is none). */
-static void blkdebug_submit(BlockDriverState *bs, FaultOp op, int64_t offset,
+static void blkdebug_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
                             int64_t bytes, void *buf, BdrvRequestFlags flags,
                             GArray *extents, BlockCompletionFunc *cb,
                             void *opaque)
@@ -177,54 +154,6 @@ static void blkdebug_submit(BlockDriverState *bs, FaultOp op, int64_t offset,
     }
 }
 
-static void blkdebug_aio_preadv(BlockDriverState *bs, int64_t offset,
-                                int64_t bytes, void *buf,
-                                BdrvRequestFlags flags,
-                                BlockCompletionFunc *cb, void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_READ, offset, bytes, buf, flags, NULL, cb,
-                    opaque);
-}
-
-static void blkdebug_aio_pwritev(BlockDriverState *bs, int64_t offset,
-                                 int64_t bytes, const void *buf,
-                                 BdrvRequestFlags flags,
-                                 BlockCompletionFunc *cb, void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_WRITE, offset, bytes, (void *)buf, flags,
-                    NULL, cb, opaque);
-}
-
-static void blkdebug_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                                       int64_t bytes, BdrvRequestFlags flags,
-                                       BlockCompletionFunc *cb, void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_ZERO, offset, bytes, NULL, flags, NULL, cb,
-                    opaque);
-}
-
-static void blkdebug_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                                  int64_t bytes, BlockCompletionFunc *cb,
-                                  void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_DISCARD, offset, bytes, NULL, 0, NULL, cb,
-                    opaque);
-}
-
-static void blkdebug_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                               void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
-}
-
-static void blkdebug_aio_block_status(BlockDriverState *bs, int64_t offset,
-                                      int64_t bytes, GArray *extents,
-                                      BlockCompletionFunc *cb, void *opaque)
-{
-    blkdebug_submit(bs, FAULT_OP_STATUS, offset, bytes, NULL, 0, extents,
-                    cb, opaque);
-}
-
 static void blkdebug_cancel_in_flight(BlockDriverState *bs)
 {
     BlkdebugState *s = bs->opaque;
@@ -241,11 +170,6 @@ const BlockDriver bdrv_blkdebug = {
     .get_length         = blkdebug_get_length,
     .refresh_limits     = blkdebug_refresh_limits,
     .get_info           = blkdebug_get_info,
-    .aio_preadv         = blkdebug_aio_preadv,
-    .aio_pwritev        = blkdebug_aio_pwritev,
-    .aio_pwrite_zeroes  = blkdebug_aio_pwrite_zeroes,
-    .aio_pdiscard       = blkdebug_aio_pdiscard,
-    .aio_flush          = blkdebug_aio_flush,
-    .aio_block_status   = blkdebug_aio_block_status,
+    .aio_submit         = blkdebug_submit,
     .cancel_in_flight   = blkdebug_cancel_in_flight,
 };

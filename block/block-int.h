@@ -155,6 +155,19 @@ struct BlockDriver {
                              BlockCompletionFunc *cb, void *opaque);
 
     /*
+     * Instead of the six members above, for drivers that treat every
+     * request alike (filters, qcow2): one entry point, told the kind by
+     * @op, with the same contracts.  @buf is for READ and WRITE (never
+     * written to for WRITE), @extents for STATUS; for FLUSH @offset and
+     * @bytes are 0.  A driver with aio_submit handles every @op (it may
+     * fail ZERO with -ENOTSUP) and sets none of the six members.
+     */
+    void (*aio_submit)(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                       int64_t bytes, void *buf, BdrvRequestFlags flags,
+                       GArray *extents, BlockCompletionFunc *cb,
+                       void *opaque);
+
+    /*
      * Optional.  Abort requests in flight as fast as possible; each still
      * completes (with -ECANCELED or its result), later, exactly once.
      * Never blocks.  Afterwards the node may fail every new request

@@ -68,6 +68,16 @@ enum {
 };
 
 /* One extent of a block status answer. */
+/* The kinds of data-path request, for bdrv_aio_submit() and drivers' aio_submit. */
+typedef enum BdrvOp {
+    BDRV_OP_READ,
+    BDRV_OP_WRITE,
+    BDRV_OP_ZERO,
+    BDRV_OP_DISCARD,
+    BDRV_OP_FLUSH,
+    BDRV_OP_STATUS,
+} BdrvOp;
+
 typedef struct BlockExtent {
     int64_t offset;      /* guest offset of the extent */
     int64_t length;      /* bytes, > 0 */
@@ -233,6 +243,15 @@ void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
 void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
                            int64_t bytes, GArray *extents,
                            BlockCompletionFunc *cb, void *opaque);
+
+/*
+ * Any of the requests above by kind: @buf for READ and WRITE, @extents for
+ * STATUS, @offset and @bytes ignored for FLUSH.  For filters that pass
+ * requests on whatever they are.
+ */
+void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                     int64_t bytes, void *buf, BdrvRequestFlags flags,
+                     GArray *extents, BlockCompletionFunc *cb, void *opaque);
 
 /*
  * Abort the requests in flight on @bs as fast as the driver can (NBD: within

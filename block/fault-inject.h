@@ -21,13 +21,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "block/block.h"
+
+/* The request kinds, numbered as BdrvOp so that filters pass them on. */
 typedef enum FaultOp {
-    FAULT_OP_READ,
-    FAULT_OP_WRITE,
-    FAULT_OP_ZERO,
-    FAULT_OP_DISCARD,
-    FAULT_OP_FLUSH,
-    FAULT_OP_STATUS,
+    FAULT_OP_READ = BDRV_OP_READ,
+    FAULT_OP_WRITE = BDRV_OP_WRITE,
+    FAULT_OP_ZERO = BDRV_OP_ZERO,
+    FAULT_OP_DISCARD = BDRV_OP_DISCARD,
+    FAULT_OP_FLUSH = BDRV_OP_FLUSH,
+    FAULT_OP_STATUS = BDRV_OP_STATUS,
     FAULT_OP__MAX,
 } FaultOp;
 

@@ -14,15 +14,6 @@
 #define BDRV_DEFAULT_MAX_TRANSFER  (1 * GiB)
 #define BDRV_ZERO_BUFFER_SIZE      (1 * MiB)
 
-typedef enum BdrvReqType {
-    BDRV_REQ_TYPE_READ,
-    BDRV_REQ_TYPE_WRITE,
-    BDRV_REQ_TYPE_ZERO,
-    BDRV_REQ_TYPE_DISCARD,
-    BDRV_REQ_TYPE_FLUSH,
-    BDRV_REQ_TYPE_STATUS,
-} BdrvReqType;
-
 /* What a write request is doing right now. */
 typedef enum BdrvReqPhase {
     BDRV_PHASE_IO,          /* sending [pos, end) in fragments */
@@ -34,7 +25,7 @@ typedef enum BdrvReqPhase {
 typedef struct BdrvRequest BdrvRequest;
 struct BdrvRequest {
     BlockDriverState *bs;
-    BdrvReqType type;
+    BdrvOp type;
     int64_t offset;          /* the caller's range, clamped to the image */
     int64_t bytes;
     uint8_t *buf;            /* the caller's buffer (READ, WRITE) */
@@ -65,7 +56,7 @@ int64_t bdrv_max_zero(BlockDriverState *bs);
 int64_t bdrv_max_discard(BlockDriverState *bs);
 
 /* A new request, counted in flight on @bs. */
-BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
+BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvOp type,
                           int64_t offset, int64_t bytes, void *buf,
                           BdrvRequestFlags flags, BlockCompletionFunc *cb,
                           void *opaque);
@@ -84,6 +75,17 @@ void bdrv_req_submit(BdrvRequest *req);
 
 /* The checks of every write-like request; false when it was finished. */
 bool bdrv_req_check_write(BdrvRequest *req);
+
+/*
+ * Hand one request to @bs's driver: to its aio_submit when it has one,
+ * else to the member for @op.  Arguments as for aio_submit.
+ */
+void bdrv_drv_call(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                   int64_t bytes, void *buf, BdrvRequestFlags flags,
+                   GArray *extents, BlockCompletionFunc *cb, void *opaque);
+
+/* Does @bs's driver handle @op itself (else io.c's fallback applies)? */
+bool bdrv_drv_has(BlockDriverState *bs, BdrvOp op);
 
 /* Aligned zeroes for the write fallback (allocated once per node). */
 void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size);

@@ -66,7 +66,7 @@ void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
     BdrvRequest *req;
 
     g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_ZERO, offset, bytes, NULL, flags,
+    req = bdrv_req_new(bs, BDRV_OP_ZERO, offset, bytes, NULL, flags,
                        cb, opaque);
     if (!bdrv_req_check_write(req)) {
         return;
@@ -94,7 +94,7 @@ void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
     int64_t end;
 
     g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_DISCARD, offset, bytes, NULL, 0,
+    req = bdrv_req_new(bs, BDRV_OP_DISCARD, offset, bytes, NULL, 0,
                        cb, opaque);
     if (!bdrv_req_check_write(req)) {
         return;
@@ -103,7 +103,7 @@ void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
     end = offset + bytes;
     req->start = QEMU_ALIGN_UP(offset, align);
     req->end = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
-    if (req->start >= req->end || !bs->drv->aio_pdiscard) {
+    if (req->start >= req->end || !bdrv_drv_has(bs, BDRV_OP_DISCARD)) {
         bdrv_req_finish_later(req, 0);
         return;
     }
@@ -114,14 +114,15 @@ void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
 void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
                     void *opaque)
 {
-    BdrvRequest *req = bdrv_req_new(bs, BDRV_REQ_TYPE_FLUSH, 0, 0, NULL, 0,
+    BdrvRequest *req = bdrv_req_new(bs, BDRV_OP_FLUSH, 0, 0, NULL, 0,
                                     cb, opaque);
 
-    if (!bs->drv->aio_flush || !(bs->open_flags & BDRV_O_RDWR)) {
+    if (!bdrv_drv_has(bs, BDRV_OP_FLUSH) || !(bs->open_flags & BDRV_O_RDWR)) {
         bdrv_req_finish_later(req, 0);
         return;
     }
-    bs->drv->aio_flush(bs, bdrv_req_finish_cb, req);
+    bdrv_drv_call(bs, BDRV_OP_FLUSH, 0, 0, NULL, 0, NULL, bdrv_req_finish_cb,
+                  req);
 }
 
 static void bdrv_block_status_done(void *opaque, int ret)
@@ -161,7 +162,7 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
 
     g_assert(offset >= 0 && bytes > 0);
     bytes = MIN(bytes, bs->total_bytes - offset);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_STATUS, offset, bytes, NULL, 0,
+    req = bdrv_req_new(bs, BDRV_OP_STATUS, offset, bytes, NULL, 0,
                        cb, opaque);
     req->extents = extents;
     req->first_extent = extents->len;
@@ -169,7 +170,7 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
         bdrv_req_finish_later(req, -EINVAL);
         return;
     }
-    if (!bs->drv->aio_block_status) {
+    if (!bdrv_drv_has(bs, BDRV_OP_STATUS)) {
         BlockExtent e = {
             .offset = offset,
             .length = bytes,
@@ -179,8 +180,85 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
         bdrv_req_finish_later(req, 0);
         return;
     }
-    bs->drv->aio_block_status(bs, offset, bytes, extents,
-                              bdrv_block_status_done, req);
+    bdrv_drv_call(bs, BDRV_OP_STATUS, offset, bytes, NULL, 0, extents,
+                  bdrv_block_status_done, req);
+}
+
+bool bdrv_drv_has(BlockDriverState *bs, BdrvOp op)
+{
+    const BlockDriver *drv = bs->drv;
+
+    switch (op) {
+    case BDRV_OP_ZERO:
+        return drv->aio_submit || drv->aio_pwrite_zeroes;
+    case BDRV_OP_DISCARD:
+        return drv->aio_submit || drv->aio_pdiscard;
+    case BDRV_OP_FLUSH:
+        return drv->aio_submit || drv->aio_flush;
+    case BDRV_OP_STATUS:
+        return drv->aio_submit || drv->aio_block_status;
+    default:
+        return true;
+    }
+}
+
+void bdrv_drv_call(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                   int64_t bytes, void *buf, BdrvRequestFlags flags,
+                   GArray *extents, BlockCompletionFunc *cb, void *opaque)
+{
+    const BlockDriver *drv = bs->drv;
+
+    if (drv->aio_submit) {
+        drv->aio_submit(bs, op, offset, bytes, buf, flags, extents, cb,
+                        opaque);
+        return;
+    }
+    switch (op) {
+    case BDRV_OP_READ:
+        drv->aio_preadv(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_WRITE:
+        drv->aio_pwritev(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_ZERO:
+        drv->aio_pwrite_zeroes(bs, offset, bytes, flags, cb, opaque);
+        break;
+    case BDRV_OP_DISCARD:
+        drv->aio_pdiscard(bs, offset, bytes, cb, opaque);
+        break;
+    case BDRV_OP_FLUSH:
+        drv->aio_flush(bs, cb, opaque);
+        break;
+    case BDRV_OP_STATUS:
+        drv->aio_block_status(bs, offset, bytes, extents, cb, opaque);
+        break;
+    }
+}
+
+void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                     int64_t bytes, void *buf, BdrvRequestFlags flags,
+                     GArray *extents, BlockCompletionFunc *cb, void *opaque)
+{
+    switch (op) {
+    case BDRV_OP_READ:
+        bdrv_aio_pread(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_WRITE:
+        bdrv_aio_pwrite(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_ZERO:
+        bdrv_aio_pwrite_zeroes(bs, offset, bytes, flags, cb, opaque);
+        break;
+    case BDRV_OP_DISCARD:
+        bdrv_aio_pdiscard(bs, offset, bytes, cb, opaque);
+        break;
+    case BDRV_OP_FLUSH:
+        bdrv_aio_flush(bs, cb, opaque);
+        break;
+    case BDRV_OP_STATUS:
+        bdrv_aio_block_status(bs, offset, bytes, extents, cb, opaque);
+        break;
+    }
 }
 
 void bdrv_cancel_in_flight(BlockDriverState *bs)

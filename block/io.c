@@ -105,7 +105,7 @@ static void bdrv_notify_write(BlockDriverState *bs, int64_t offset,
 
 /* ---- request lifetime ---- */
 
-BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvReqType type,
+BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvOp type,
                           int64_t offset, int64_t bytes, void *buf,
                           BdrvRequestFlags flags,
                           BlockCompletionFunc *cb, void *opaque)
@@ -142,12 +142,12 @@ void bdrv_req_finish(BdrvRequest *req, int ret)
     if (req->tracked) {
         g_queue_unlink(&bs->tracked, &req->link);
     }
-    if (ret == 0 && req->type == BDRV_REQ_TYPE_READ && req->bounce) {
+    if (ret == 0 && req->type == BDRV_OP_READ && req->bounce) {
         memcpy(req->buf, req->bounce + (req->offset - req->start),
                req->bytes);
     }
-    if (req->type == BDRV_REQ_TYPE_WRITE || req->type == BDRV_REQ_TYPE_ZERO ||
-        req->type == BDRV_REQ_TYPE_DISCARD) {
+    if (req->type == BDRV_OP_WRITE || req->type == BDRV_OP_ZERO ||
+        req->type == BDRV_OP_DISCARD) {
         bdrv_notify_write(bs, req->offset, req->bytes);
     }
     qemu_vfree(req->bounce);
@@ -253,7 +253,7 @@ static void bdrv_req_frag_done(void *opaque, int ret)
 {
     BdrvRequest *req = opaque;
 
-    if (ret == -ENOTSUP && req->type == BDRV_REQ_TYPE_ZERO &&
+    if (ret == -ENOTSUP && req->type == BDRV_OP_ZERO &&
         req->phase == BDRV_PHASE_IO &&
         !(req->flags & BDRV_REQ_NO_FALLBACK)) {
         /* No efficient zeroing here: write zero buffers instead. */
@@ -261,7 +261,7 @@ static void bdrv_req_frag_done(void *opaque, int ret)
         bdrv_req_step(req);
         return;
     }
-    if (ret == -ENOTSUP && req->type == BDRV_REQ_TYPE_DISCARD) {
+    if (ret == -ENOTSUP && req->type == BDRV_OP_DISCARD) {
         ret = 0;    /* discard is advisory */
     }
     if (ret < 0) {
@@ -294,15 +294,14 @@ void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
 static void bdrv_req_step(BdrvRequest *req)
 {
     BlockDriverState *bs = req->bs;
-    const BlockDriver *drv = bs->drv;
     int64_t align = bs->bl.request_alignment;
     uint8_t *data = req->bounce ? req->bounce : req->buf;
 
     if (req->phase == BDRV_PHASE_RMW_HEAD) {
         if (req->offset != req->start) {
             req->frag = MIN(align, req->end - req->start);
-            drv->aio_preadv(bs, req->start, req->frag, req->bounce, 0,
-                            bdrv_req_frag_done, req);
+            bdrv_drv_call(bs, BDRV_OP_READ, req->start, req->frag,
+                          req->bounce, 0, NULL, bdrv_req_frag_done, req);
             return;
         }
         req->phase = BDRV_PHASE_RMW_TAIL;
@@ -314,8 +313,9 @@ static void bdrv_req_step(BdrvRequest *req)
         if (req->offset + req->bytes != req->end &&
             !(head_read && tail == req->start)) {
             req->frag = req->end - tail;
-            drv->aio_preadv(bs, tail, req->frag, req->bounce + (tail -
-                            req->start), 0, bdrv_req_frag_done, req);
+            bdrv_drv_call(bs, BDRV_OP_READ, tail, req->frag,
+                          req->bounce + (tail - req->start), 0, NULL,
+                          bdrv_req_frag_done, req);
             return;
         }
         bdrv_rmw_merge(req);
@@ -327,41 +327,44 @@ static void bdrv_req_step(BdrvRequest *req)
     }
 
     switch (req->type) {
-    case BDRV_REQ_TYPE_READ:
+    case BDRV_OP_READ:
         req->frag = MIN(req->end - req->pos, bdrv_max_rw(bs));
-        drv->aio_preadv(bs, req->pos, req->frag, data + (req->pos -
-                        req->start), req->flags, bdrv_req_frag_done, req);
+        bdrv_drv_call(bs, BDRV_OP_READ, req->pos, req->frag,
+                      data + (req->pos - req->start), req->flags, NULL,
+                      bdrv_req_frag_done, req);
         break;
-    case BDRV_REQ_TYPE_WRITE:
+    case BDRV_OP_WRITE:
         /* A compressed write is one unit of whole clusters: never split. */
         req->frag = req->flags & BDRV_REQ_WRITE_COMPRESSED
                     ? req->end - req->pos
                     : MIN(req->end - req->pos, bdrv_max_rw(bs));
-        drv->aio_pwritev(bs, req->pos, req->frag, data + (req->pos -
-                         req->start), req->flags, bdrv_req_frag_done, req);
+        bdrv_drv_call(bs, BDRV_OP_WRITE, req->pos, req->frag,
+                      data + (req->pos - req->start), req->flags, NULL,
+                      bdrv_req_frag_done, req);
         break;
-    case BDRV_REQ_TYPE_ZERO:
+    case BDRV_OP_ZERO:
         if (req->phase == BDRV_PHASE_ZERO_WRITE) {
             int64_t zsize;
             void *zbuf = bdrv_zero_buffer(bs, &zsize);
 
             req->frag = MIN(MIN(req->end - req->pos, bdrv_max_rw(bs)),
                             zsize);
-            drv->aio_pwritev(bs, req->pos, req->frag, zbuf,
-                             req->flags & BDRV_REQ_FUA,
-                             bdrv_req_frag_done, req);
-        } else if (drv->aio_pwrite_zeroes) {
+            bdrv_drv_call(bs, BDRV_OP_WRITE, req->pos, req->frag, zbuf,
+                          req->flags & BDRV_REQ_FUA, NULL,
+                          bdrv_req_frag_done, req);
+        } else if (bdrv_drv_has(bs, BDRV_OP_ZERO)) {
             req->frag = MIN(req->end - req->pos, bdrv_max_zero(bs));
-            drv->aio_pwrite_zeroes(bs, req->pos, req->frag, req->flags,
-                                   bdrv_req_frag_done, req);
+            bdrv_drv_call(bs, BDRV_OP_ZERO, req->pos, req->frag, NULL,
+                          req->flags, NULL, bdrv_req_frag_done, req);
         } else {
             req->frag = 0;
             bdrv_complete_later(bdrv_req_frag_done, req, -ENOTSUP);
         }
         break;
-    case BDRV_REQ_TYPE_DISCARD:
+    case BDRV_OP_DISCARD:
         req->frag = MIN(req->end - req->pos, bdrv_max_discard(bs));
-        drv->aio_pdiscard(bs, req->pos, req->frag, bdrv_req_frag_done, req);
+        bdrv_drv_call(bs, BDRV_OP_DISCARD, req->pos, req->frag, NULL, 0,
+                      NULL, bdrv_req_frag_done, req);
         break;
     default:
         g_assert_not_reached();
@@ -448,7 +451,7 @@ void bdrv_aio_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
         memset((uint8_t *)buf + inside, 0, bytes - inside);
         bytes = inside;
     }
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_READ, offset, bytes, buf, flags,
+    req = bdrv_req_new(bs, BDRV_OP_READ, offset, bytes, buf, flags,
                        cb, opaque);
     if (bytes == 0) {
         bdrv_req_finish_later(req, 0);
@@ -465,7 +468,7 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
     BdrvRequest *req;
 
     g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_REQ_TYPE_WRITE, offset, bytes, (void *)buf,
+    req = bdrv_req_new(bs, BDRV_OP_WRITE, offset, bytes, (void *)buf,
                        flags & (BDRV_REQ_FUA | BDRV_REQ_WRITE_COMPRESSED),
                        cb, opaque);
     if (!bdrv_req_check_write(req)) {

@@ -10,15 +10,6 @@
 
 #include <errno.h>
 
-typedef enum TopOp {
-    TOP_READ,
-    TOP_WRITE,
-    TOP_ZERO,
-    TOP_DISCARD,
-    TOP_FLUSH,
-    TOP_STATUS,
-} TopOp;
-
 typedef struct TopState {
     BlockDriverState *child;
     Job *job;                   /* write-blocking mirror, or NULL */
@@ -33,7 +24,7 @@ typedef struct TopState {
 /* One guest request: held while drained, then in flight. */
 typedef struct TopRequest {
     BlockDriverState *top;
-    TopOp op;
+    BdrvOp op;
     int64_t offset;
     int64_t bytes;
     void *buf;
@@ -80,59 +71,38 @@ static void top_request_done(void *opaque, int ret)
     cb(cb_opaque, ret);
 }
 
-static void top_dispatch(TopRequest *r)
+/* The active-mirror kind of a guest write, or -1 for what is no write. */
+static int top_write_kind(BdrvOp op)
 {
-    TopState *s = r->top->opaque;
-    BlockDriverState *child = s->child;
-    bool active = s->job && mirror_is_write_blocking(s->job);
-
-    s->in_flight++;
-    switch (r->op) {
-    case TOP_READ:
-        bdrv_aio_pread(child, r->offset, r->bytes, r->buf, r->flags,
-                       top_request_done, r);
-        break;
-    case TOP_WRITE:
-        if (active) {
-            mirror_active_write(s->job, MIRROR_WRITE_DATA, r->offset,
-                                r->bytes, r->buf, r->flags,
-                                top_request_done, r);
-        } else {
-            bdrv_aio_pwrite(child, r->offset, r->bytes, r->buf, r->flags,
-                            top_request_done, r);
-        }
-        break;
-    case TOP_ZERO:
-        if (active) {
-            mirror_active_write(s->job, MIRROR_WRITE_ZERO, r->offset,
-                                r->bytes, NULL, r->flags, top_request_done,
-                                r);
-        } else {
-            bdrv_aio_pwrite_zeroes(child, r->offset, r->bytes, r->flags,
-                                   top_request_done, r);
-        }
-        break;
-    case TOP_DISCARD:
-        if (active) {
-            mirror_active_write(s->job, MIRROR_WRITE_DISCARD, r->offset,
-                                r->bytes, NULL, 0, top_request_done, r);
-        } else {
-            bdrv_aio_pdiscard(child, r->offset, r->bytes, top_request_done,
-                              r);
-        }
-        break;
-    case TOP_FLUSH:
-        /* Guests flush the source; the job flushes the target itself. */
-        bdrv_aio_flush(child, top_request_done, r);
-        break;
-    case TOP_STATUS:
-        bdrv_aio_block_status(child, r->offset, r->bytes, r->extents,
-                              top_request_done, r);
-        break;
+    switch (op) {
+    case BDRV_OP_WRITE:
+        return MIRROR_WRITE_DATA;
+    case BDRV_OP_ZERO:
+        return MIRROR_WRITE_ZERO;
+    case BDRV_OP_DISCARD:
+        return MIRROR_WRITE_DISCARD;
+    default:
+        return -1;
     }
 }
 
-static void top_submit(BlockDriverState *top, TopOp op, int64_t offset,
+static void top_dispatch(TopRequest *r)
+{
+    TopState *s = r->top->opaque;
+    int kind = top_write_kind(r->op);
+
+    s->in_flight++;
+    if (kind >= 0 && s->job && mirror_is_write_blocking(s->job)) {
+        mirror_active_write(s->job, kind, r->offset, r->bytes, r->buf,
+                            r->flags, top_request_done, r);
+        return;
+    }
+    /* A guest flush flushes the source; the job flushes the target. */
+    bdrv_aio_submit(s->child, r->op, r->offset, r->bytes, r->buf, r->flags,
+                    r->extents, top_request_done, r);
+}
+
+static void top_submit(BlockDriverState *top, BdrvOp op, int64_t offset,
                        int64_t bytes, void *buf, BdrvRequestFlags flags,
                        GArray *extents, BlockCompletionFunc *cb,
                        void *opaque)
@@ -194,49 +164,6 @@ static bool top_get_info(BlockDriverState *bs, BlockImageInfo *info,
     return bdrv_get_info(s->child, info, errp);
 }
 
-static void top_aio_preadv(BlockDriverState *bs, int64_t offset,
-                           int64_t bytes, void *buf, BdrvRequestFlags flags,
-                           BlockCompletionFunc *cb, void *opaque)
-{
-    top_submit(bs, TOP_READ, offset, bytes, buf, flags, NULL, cb, opaque);
-}
-
-static void top_aio_pwritev(BlockDriverState *bs, int64_t offset,
-                            int64_t bytes, const void *buf,
-                            BdrvRequestFlags flags, BlockCompletionFunc *cb,
-                            void *opaque)
-{
-    top_submit(bs, TOP_WRITE, offset, bytes, (void *)buf, flags, NULL, cb,
-               opaque);
-}
-
-static void top_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                                  int64_t bytes, BdrvRequestFlags flags,
-                                  BlockCompletionFunc *cb, void *opaque)
-{
-    top_submit(bs, TOP_ZERO, offset, bytes, NULL, flags, NULL, cb, opaque);
-}
-
-static void top_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, BlockCompletionFunc *cb,
-                             void *opaque)
-{
-    top_submit(bs, TOP_DISCARD, offset, bytes, NULL, 0, NULL, cb, opaque);
-}
-
-static void top_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                          void *opaque)
-{
-    top_submit(bs, TOP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
-}
-
-static void top_aio_block_status(BlockDriverState *bs, int64_t offset,
-                                 int64_t bytes, GArray *extents,
-                                 BlockCompletionFunc *cb, void *opaque)
-{
-    top_submit(bs, TOP_STATUS, offset, bytes, NULL, 0, extents, cb, opaque);
-}
-
 static const BlockDriver bdrv_mirror_top = {
     .format_name        = "mirror-top",
     .instance_size      = sizeof(TopState),
@@ -244,12 +171,7 @@ static const BlockDriver bdrv_mirror_top = {
     .get_length         = top_get_length,
     .refresh_limits     = top_refresh_limits,
     .get_info           = top_get_info,
-    .aio_preadv         = top_aio_preadv,
-    .aio_pwritev        = top_aio_pwritev,
-    .aio_pwrite_zeroes  = top_aio_pwrite_zeroes,
-    .aio_pdiscard       = top_aio_pdiscard,
-    .aio_flush          = top_aio_flush,
-    .aio_block_status   = top_aio_block_status,
+    .aio_submit         = top_submit,
 };
 
 /* ---- the job's side ---- */

@@ -5,7 +5,7 @@
  * (so that a freed cluster is not reused while an old transfer may still
  * touch it) and the allocation records that serialise the requests
  * changing the same guest clusters.  All on worker threads.  Also the
- * crash test's instrumentation (QCOW2_DEBUG_ENV, see qcow2-int.h): every
+ * crash test's instrumentation (QCOW2_DEBUG_ENV, see qcow2-debug.h): every
  * change to an image file is counted here, so that the test can kill the
  * process exactly before the N-th one.
  *

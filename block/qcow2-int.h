@@ -23,6 +23,9 @@
 
 #include "block/block-int.h"
 #include "util/cutils.h"
+#include "block/qcow2-cache.h"      /* L2 / refcount block caches */
+#include "block/qcow2-debug.h"      /* QEMU_MIRROR_QCOW2_DEBUG knob */
+#include "block/qcow2-refcount.h"   /* refcounts, allocation, frees */
 
 #include <sys/uio.h>
 
@@ -410,23 +413,6 @@ int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
 int qcow2_sync(BDRVQcow2State *s);
 
 /*
- * Test instrumentation, off unless the environment variable
- * QCOW2_DEBUG_ENV holds comma-separated keys (the crash test,
- * tests/qtest-like/test-tool-qcow2-crash.sh, sets it):
- *   kill-at=N    SIGKILL the process just before its N-th change to an
- *                image file (a write, a sync or a truncate, counted over
- *                all images and threads), as a crash would stop it;
- *   count=PATH   write the kinds of the changes to PATH at exit, one
- *                letter per change: W write, S sync, T truncate;
- *   l2-cache=N, rb-cache=N   cache sizes in tables (at least 4), so
- *                that small images evict, and so write metadata, early.
- * qcow2_debug_change(KIND) is called before every such change.
- */
-#define QCOW2_DEBUG_ENV "QEMU_MIRROR_QCOW2_DEBUG"
-void qcow2_debug_change(char kind);
-int64_t qcow2_debug_cache_tables(bool is_l2, int64_t def);
-
-/*
  * Is [@offset, @offset + @bytes) free of metadata?  If not, the image is
  * corrupt (a write would destroy metadata): signals it.  Lock held.
  */
@@ -510,85 +496,6 @@ int qcow2_do_discard(BDRVQcow2State *s, int64_t offset, int64_t bytes);
  * this layer).  Synchronous. */
 int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                           GArray *out);
-
-/* ---- qcow2-refcount.c ---- */
-
-/* Refcount of host cluster @index (0 beyond the tables).  Lock held. */
-int qcow2_get_refcount(BDRVQcow2State *s, int64_t index, uint64_t *rc);
-
-/* Value @idx of a refcount block of any width (order 0..6). */
-uint64_t qcow2_refblock_get(const uint8_t *rb, int order, int64_t idx);
-
-/*
- * Add @delta to the refcount of every host cluster overlapping
- * [@offset, @offset + @length), allocating refcount blocks (and growing
- * the table) as needed for increments.  In the cache.  Lock held.
- */
-int qcow2_update_refcount(BDRVQcow2State *s, int64_t offset,
-                          int64_t length, int delta);
-
-/*
- * Allocate up to @n contiguous free clusters (refcount 1 each).  *@host
- * and *@got say where and how many (>= 1); *@fresh is true when they were
- * never written (they read as zero).  Lock held.
- */
-int qcow2_alloc_clusters(BDRVQcow2State *s, int64_t n, int64_t *host,
-                         int64_t *got, bool *fresh);
-
-/* Allocate @size bytes for a compressed cluster (packing, §1.5). */
-int qcow2_alloc_bytes(BDRVQcow2State *s, int64_t size, int64_t *host);
-
-/*
- * Drop the references of a replaced L2 entry @entry once the change is
- * durable (at the next metadata flush).  Lock held.
- */
-void qcow2_free_entry_deferred(BDRVQcow2State *s, uint64_t entry);
-void qcow2_free_deferred(BDRVQcow2State *s, int64_t offset, int64_t length);
-
-/* Apply the pending frees that are safe now (after a metadata flush). */
-int qcow2_apply_pending_frees(BDRVQcow2State *s);
-
-/* ---- qcow2-cache.c: L2 tables and refcount blocks, write-back ---- */
-
-typedef struct Qcow2CacheEntry {
-    int64_t offset;             /* host offset of the table */
-    uint8_t *data;              /* one cluster */
-    bool dirty;
-    int pin;
-    GList lru;
-} Qcow2CacheEntry;
-
-Qcow2Cache *qcow2_cache_new(bool is_l2, int64_t max_entries,
-                            int64_t entry_size);
-void qcow2_cache_free(Qcow2Cache *c);
-
-/*
- * The table at host @offset, pinned: read from the file, or all zeroes
- * when @fresh (a newly allocated table).  Evicting a dirty table writes it
- * back first.  Lock held.  Unpin with qcow2_cache_put().
- */
-int qcow2_cache_get(BDRVQcow2State *s, Qcow2Cache *c, int64_t offset,
-                    bool fresh, Qcow2CacheEntry **entry);
-void qcow2_cache_put(Qcow2CacheEntry *e);
-void qcow2_cache_mark_dirty(Qcow2Cache *c, Qcow2CacheEntry *e);
-
-/* Forget the table at @offset (it was freed); it must not be pinned. */
-void qcow2_cache_discard(Qcow2Cache *c, int64_t offset);
-
-/* Write every dirty table of @c; *@wrote says whether any was. */
-int qcow2_cache_flush(BDRVQcow2State *s, Qcow2Cache *c, bool *wrote);
-
-/*
- * Before an L2 table is written: every refcount block and data write it
- * may depend on is made durable.  Lock held.
- */
-int qcow2_l2_barrier(BDRVQcow2State *s);
-
-/*
- * Write back all dirty metadata in the crash-safe order, extend the file
- * over every allocation, sync, then apply the pending frees.  Lock held.
- */
-int qcow2_flush_metadata(BDRVQcow2State *s);
 
 /* ---- qcow2-compress.c ---- */
 

@@ -1,6 +1,7 @@
 /*
  * qcow2-lite refcounts: lookups, updates, cluster and byte allocation,
- * refcount block allocation, refcount table growth and deferred frees.
+ * refcount block allocation and refcount table growth.  The deferred
+ * frees are in qcow2-refcount-free.c.
  *
  * Only 16-bit refcounts are written (read-write opens refuse other
  * widths); qcow2_refblock_get() reads every width for `check`.  All of it
@@ -21,9 +22,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-
-/* Past this many bytes of pending frees, flush to apply them. */
-#define QCOW2_PENDING_FREE_LIMIT   (64 * MiB)
 
 uint64_t qcow2_refblock_get(const uint8_t *rb, int order, int64_t idx)
 {
@@ -541,64 +539,5 @@ int qcow2_alloc_bytes(BDRVQcow2State *s, int64_t size, int64_t *host)
     }
     *host = h;
     s->free_byte_offset = h + size;
-    return 0;
-}
-
-void qcow2_free_deferred(BDRVQcow2State *s, int64_t offset, int64_t length)
-{
-    Qcow2PendingFree p = {
-        .offset = offset, .length = length, .seq = s->io_seq,
-    };
-
-    g_array_append_val(s->pending_frees, p);
-    s->pending_free_bytes += length;
-    if (s->pending_free_bytes > QCOW2_PENDING_FREE_LIMIT) {
-        /* Errors surface at the next flush, which redoes this. */
-        qcow2_flush_metadata(s);
-    }
-}
-
-void qcow2_free_entry_deferred(BDRVQcow2State *s, uint64_t entry)
-{
-    int64_t off, len;
-
-    switch (qcow2_l2_type(entry)) {
-    case QCOW2_CLUSTER_NORMAL:
-    case QCOW2_CLUSTER_ZERO_ALLOC:
-        qcow2_free_deferred(s, entry & L2E_OFFSET_MASK, s->cluster_size);
-        break;
-    case QCOW2_CLUSTER_COMPRESSED:
-        qcow2_compressed_range(s, entry, &off, &len);
-        qcow2_free_deferred(s, off, len);
-        break;
-    default:
-        break;
-    }
-}
-
-int qcow2_apply_pending_frees(BDRVQcow2State *s)
-{
-    uint64_t oldest = UINT64_MAX;
-    guint i = 0;
-
-    if (s->io.head) {
-        oldest = ((Qcow2IoTrack *)s->io.head->data)->seq;
-    }
-    while (i < s->pending_frees->len) {
-        Qcow2PendingFree p = g_array_index(s->pending_frees,
-                                           Qcow2PendingFree, i);
-        int ret;
-
-        if (p.seq >= oldest) {
-            i++;        /* a transfer that may still touch it is running */
-            continue;
-        }
-        g_array_remove_index(s->pending_frees, i);
-        s->pending_free_bytes -= p.length;
-        ret = qcow2_update_refcount(s, p.offset, p.length, -1);
-        if (ret < 0) {
-            return ret;
-        }
-    }
     return 0;
 }

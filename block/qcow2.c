@@ -386,18 +386,9 @@ static bool qcow2_get_info(BlockDriverState *bs, BlockImageInfo *info,
 
 /* ---- The data path: one thread-pool job per request ---- */
 
-typedef enum Qcow2Op {
-    QCOW2_OP_READ,
-    QCOW2_OP_WRITE,
-    QCOW2_OP_ZEROES,
-    QCOW2_OP_DISCARD,
-    QCOW2_OP_FLUSH,
-    QCOW2_OP_STATUS,
-} Qcow2Op;
-
 typedef struct Qcow2Request {
     BDRVQcow2State *s;
-    Qcow2Op op;
+    BdrvOp op;
     int64_t offset;
     int64_t bytes;
     void *buf;
@@ -413,9 +404,9 @@ static int qcow2_worker(void *arg)
     Qcow2Request *r = arg;
 
     switch (r->op) {
-    case QCOW2_OP_READ:
+    case BDRV_OP_READ:
         return qcow2_do_read(r->s, r->offset, r->bytes, r->buf);
-    case QCOW2_OP_WRITE:
+    case BDRV_OP_WRITE:
         if (r->flags & BDRV_REQ_WRITE_COMPRESSED) {
             int ret = qcow2_do_write_compressed(r->s, r->offset, r->bytes,
                                                 r->buf);
@@ -423,13 +414,13 @@ static int qcow2_worker(void *arg)
                    qcow2_do_flush(r->s) : ret;
         }
         return qcow2_do_write(r->s, r->offset, r->bytes, r->buf, r->flags);
-    case QCOW2_OP_ZEROES:
+    case BDRV_OP_ZERO:
         return qcow2_do_zeroes(r->s, r->offset, r->bytes, r->flags);
-    case QCOW2_OP_DISCARD:
+    case BDRV_OP_DISCARD:
         return qcow2_do_discard(r->s, r->offset, r->bytes);
-    case QCOW2_OP_FLUSH:
+    case BDRV_OP_FLUSH:
         return qcow2_do_flush(r->s);
-    case QCOW2_OP_STATUS:
+    case BDRV_OP_STATUS:
         return qcow2_do_block_status(r->s, r->offset, r->bytes, r->found);
     }
     g_assert_not_reached();
@@ -451,7 +442,7 @@ static void qcow2_complete(void *opaque, int ret)
     cb(cb_opaque, ret);
 }
 
-static void qcow2_submit(BlockDriverState *bs, Qcow2Op op, int64_t offset,
+static void qcow2_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
                          int64_t bytes, void *buf, BdrvRequestFlags flags,
                          GArray *extents, BlockCompletionFunc *cb,
                          void *opaque)
@@ -470,53 +461,6 @@ static void qcow2_submit(BlockDriverState *bs, Qcow2Op op, int64_t offset,
                        r);
 }
 
-static void qcow2_aio_preadv(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, void *buf, BdrvRequestFlags flags,
-                             BlockCompletionFunc *cb, void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_READ, offset, bytes, buf, flags, NULL, cb,
-                 opaque);
-}
-
-static void qcow2_aio_pwritev(BlockDriverState *bs, int64_t offset,
-                              int64_t bytes, const void *buf,
-                              BdrvRequestFlags flags,
-                              BlockCompletionFunc *cb, void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_WRITE, offset, bytes, (void *)buf, flags, NULL,
-                 cb, opaque);
-}
-
-static void qcow2_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                                    int64_t bytes, BdrvRequestFlags flags,
-                                    BlockCompletionFunc *cb, void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_ZEROES, offset, bytes, NULL, flags, NULL, cb,
-                 opaque);
-}
-
-static void qcow2_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                               int64_t bytes, BlockCompletionFunc *cb,
-                               void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_DISCARD, offset, bytes, NULL, 0, NULL, cb,
-                 opaque);
-}
-
-static void qcow2_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                            void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_FLUSH, 0, 0, NULL, 0, NULL, cb, opaque);
-}
-
-static void qcow2_aio_block_status(BlockDriverState *bs, int64_t offset,
-                                   int64_t bytes, GArray *extents,
-                                   BlockCompletionFunc *cb, void *opaque)
-{
-    qcow2_submit(bs, QCOW2_OP_STATUS, offset, bytes, NULL, 0, extents, cb,
-                 opaque);
-}
-
 static const char *const qcow2_create_opts[] = {
     "cluster_size", "preallocation", "backing_file", "backing_fmt", NULL,
 };
@@ -533,12 +477,7 @@ const BlockDriver bdrv_qcow2 = {
     .get_length         = qcow2_get_length,
     .refresh_limits     = qcow2_refresh_limits,
     .get_info           = qcow2_get_info,
-    .aio_preadv         = qcow2_aio_preadv,
-    .aio_pwritev        = qcow2_aio_pwritev,
-    .aio_pwrite_zeroes  = qcow2_aio_pwrite_zeroes,
-    .aio_pdiscard       = qcow2_aio_pdiscard,
-    .aio_flush          = qcow2_aio_flush,
-    .aio_block_status   = qcow2_aio_block_status,
+    .aio_submit         = qcow2_submit,
 };
 
 /* ---- Public helpers (block/qcow2.h) ---- */

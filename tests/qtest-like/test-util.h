@@ -54,4 +54,11 @@ void test_scratch_free(char *dir);
 void test_fill_pattern(uint8_t *buf, int64_t offset, int64_t bytes,
                        uint32_t seed);
 
+/* For the NBD tests (test-nbd*.c): nbdkit arguments for a 1 MiB server
+ * without trim, flush, FUA or multi-conn (the eval plugin advertises only
+ * what has a script); reads zeroes. */
+#define EVAL_SERVER "eval", "get_size=echo 1048576", \
+    "pread=dd if=/dev/zero bs=$3 count=1 status=none", \
+    "pwrite=cat >/dev/null"
+
 #endif /* TEST_UTIL_H */
