@@ -168,6 +168,20 @@ struct BlockDriver {
                        void *opaque);
 
     /*
+     * Optional (all three or none).  Zero-copy reads: can_map() says
+     * whether the node can map at all (bdrv_can_map's promise: touching a
+     * view never blocks nor faults); aio_map() fills @map with a view of
+     * [@offset, @offset + @bytes), which io.c guarantees lies inside the
+     * image, with its pages loaded, or fails with -ENOTSUP; unmap()
+     * releases a view (never blocks).  Same completion rules as the data
+     * path above; no alignment applies.
+     */
+    bool (*can_map)(BlockDriverState *bs);
+    void (*aio_map)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                    BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
+    void (*unmap)(BlockDriverState *bs, BdrvMapping *map);
+
+    /*
      * Optional.  Abort requests in flight as fast as possible; each still
      * completes (with -ECANCELED or its result), later, exactly once.
      * Never blocks.  Afterwards the node may fail every new request

@@ -254,6 +254,39 @@ void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
                      GArray *extents, BlockCompletionFunc *cb, void *opaque);
 
 /*
+ * A read-only view of image bytes in memory, in place of a read into a
+ * buffer: the bytes sent on from it are copied once less.  Filled in by
+ * bdrv_aio_map(); @data is valid until bdrv_unmap().  The bytes may change
+ * under the view when the image is written meanwhile (as a buffer read
+ * racing with a write may see either): callers that care track writes.
+ */
+typedef struct BdrvMapping {
+    const uint8_t *data;     /* the bytes at the offset asked for */
+    void *base;              /* driver's: what to release */
+    size_t length;
+} BdrvMapping;
+
+/*
+ * Can bdrv_aio_map() map @bs at all?  True only where mapping is cheap and
+ * safe: data that lives in memory (a raw file on tmpfs), so that touching
+ * the view never waits for a disk nor meets an I/O error.
+ */
+bool bdrv_can_map(BlockDriverState *bs);
+
+/*
+ * Map [@offset, @offset + @bytes) of @bs into @map and run @cb; the pages
+ * are loaded before @cb runs, so using them never blocks.  Fails with
+ * -ENOTSUP through @cb when @bs cannot map that range now (the range
+ * reaches past the image or the file shrank): read it instead.  Counts as
+ * a request in flight on @bs until @cb.
+ */
+void bdrv_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                  BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
+
+/* Release a view that bdrv_aio_map() filled in; @map is zeroed. */
+void bdrv_unmap(BlockDriverState *bs, BdrvMapping *map);
+
+/*
  * Abort the requests in flight on @bs as fast as the driver can (NBD: within
  * well under a second); each still completes, with -ECANCELED or its
  * result.  A no-op for drivers that cannot abort.  The node may be unusable

@@ -49,6 +49,8 @@ struct BdrvRequest {
     int64_t child_pos;
 
     guint first_extent;      /* STATUS: index of the first new extent */
+
+    BdrvMapping *map;        /* READ as a view (bdrv_aio_map), or NULL */
 };
 
 /* Largest write-zeroes / discard fragment for @bs. */

@@ -261,6 +261,38 @@ void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
     }
 }
 
+/* ---- views in place of reads ---- */
+
+bool bdrv_can_map(BlockDriverState *bs)
+{
+    return bs->drv->can_map && bs->drv->can_map(bs);
+}
+
+void bdrv_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                  BdrvMapping *map, BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes > 0);
+    *map = (BdrvMapping) { 0 };
+    req = bdrv_req_new(bs, BDRV_OP_READ, offset, bytes, NULL, 0, cb, opaque);
+    if (!bdrv_can_map(bs) || bytes > bs->total_bytes - offset) {
+        bdrv_req_finish_later(req, -ENOTSUP);
+        return;
+    }
+    /* Tracked like a read: it waits behind overlapping read-modify-write. */
+    req->map = map;
+    bdrv_req_submit(req);
+}
+
+void bdrv_unmap(BlockDriverState *bs, BdrvMapping *map)
+{
+    if (map->base) {
+        bs->drv->unmap(bs, map);
+    }
+    *map = (BdrvMapping) { 0 };
+}
+
 void bdrv_cancel_in_flight(BlockDriverState *bs)
 {
     if (bs->drv->cancel_in_flight) {

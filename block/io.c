@@ -373,6 +373,11 @@ static void bdrv_req_step(BdrvRequest *req)
 
 static void bdrv_req_run(BdrvRequest *req)
 {
+    if (req->map) {
+        req->bs->drv->aio_map(req->bs, req->offset, req->bytes, req->map,
+                              bdrv_req_finish_cb, req);
+        return;
+    }
     req->pos = req->start;
     bdrv_req_step(req);
 }

@@ -38,7 +38,10 @@ typedef struct MirrorOp {
     MirrorMethod method;
     int64_t offset;
     int64_t bytes;
-    uint8_t *buf;               /* COPY: one pool buffer */
+    const uint8_t *buf;         /* COPY: the data, in one of these: */
+    uint8_t *pool_buf;          /*   a pool buffer, */
+    BdrvMapping map;            /*   a view of the source, */
+    uint8_t *own_buf;           /*   a buffer of its own (no view here) */
     bool target_was_zero;       /* the target read as zero here */
     bool write_ready;           /* in order: read done, waiting its turn */
     bool in_order_queue;
@@ -95,6 +98,8 @@ struct MirrorJob {
     int max_bufs;
     int64_t buf_elem_size;
     size_t buf_align;
+    bool map_src;               /* copy from views of the source, no pool */
+    int nb_views;               /* slots taken by operations without one */
 
     /* source block status window */
     GArray *status;             /* BlockExtent over [status_start, _end) */
@@ -218,13 +223,17 @@ void mirror_converge_stop(MirrorJob *s);
 
 /* mirror-op.c */
 
-/* A data buffer from the pool, or NULL when all max_bufs are in use. */
-uint8_t *mirror_buf_get(MirrorJob *s);
-void mirror_buf_put(MirrorJob *s, uint8_t *buf);
+/*
+ * A slot for one COPY operation, at most max_bufs at a time: a pool buffer
+ * in *@buf, or NULL there when the source is read through views.  False
+ * when all slots are taken.  mirror_slot_put() gives it back.
+ */
+bool mirror_slot_get(MirrorJob *s, uint8_t **buf);
+void mirror_slot_put(MirrorJob *s, uint8_t *buf);
 
 /*
  * Start an operation over [offset, offset + bytes), whose dirty bits the
- * caller has just cleared.  COPY takes ownership of @buf (a pool buffer).
+ * caller has just cleared.  COPY takes ownership of the slot @buf.
  */
 void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
                      int64_t bytes, uint8_t *buf);

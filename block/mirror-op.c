@@ -13,9 +13,9 @@
 
 #include <errno.h>
 
-/* ---- buffers: at most max_bufs of buf_elem_size bytes, reused ---- */
+/* ---- slots: at most max_bufs, each a pool buffer or a view ---- */
 
-uint8_t *mirror_buf_get(MirrorJob *s)
+static uint8_t *mirror_buf_get(MirrorJob *s)
 {
     if (s->free_bufs->len) {
         return g_ptr_array_steal_index_fast(s->free_bufs,
@@ -28,9 +28,39 @@ uint8_t *mirror_buf_get(MirrorJob *s)
     return NULL;
 }
 
-void mirror_buf_put(MirrorJob *s, uint8_t *buf)
+bool mirror_slot_get(MirrorJob *s, uint8_t **buf)
 {
-    g_ptr_array_add(s->free_bufs, buf);
+    if (!s->map_src) {
+        *buf = mirror_buf_get(s);
+        return *buf != NULL;
+    }
+    if (s->nb_views >= s->max_bufs) {
+        return false;
+    }
+    s->nb_views++;
+    *buf = NULL;
+    return true;
+}
+
+void mirror_slot_put(MirrorJob *s, uint8_t *buf)
+{
+    if (buf) {
+        g_ptr_array_add(s->free_bufs, buf);
+    } else {
+        s->nb_views--;
+    }
+}
+
+/* Release what holds @op's data and its slot. */
+static void mirror_op_release_data(MirrorOp *op)
+{
+    MirrorJob *s = op->s;
+
+    if (op->map.base) {
+        bdrv_unmap(s->src, &op->map);
+    }
+    qemu_vfree(op->own_buf);
+    mirror_slot_put(s, op->pool_buf);
 }
 
 
@@ -46,7 +76,7 @@ static void mirror_op_retire(MirrorOp *op)
     s->in_flight--;
     if (op->method == MIRROR_METHOD_COPY) {
         s->op_bytes_in_flight -= op->bytes;
-        mirror_buf_put(s, op->buf);
+        mirror_op_release_data(op);
     }
     hbitmap_reset(s->in_flight_bitmap, op->offset, op->bytes);
     g_free(op);
@@ -246,6 +276,23 @@ static void mirror_read_cb(void *opaque, int ret)
     mirror_write_when_ready(op);
 }
 
+/* A view of the source is ready; without one, read into a buffer. */
+static void mirror_map_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+
+    if (ret == -ENOTSUP) {
+        op->own_buf = qemu_memalign(s->buf_align, op->bytes);
+        op->buf = op->own_buf;
+        bdrv_aio_pread(s->src, op->offset, op->bytes, op->own_buf, 0,
+                       mirror_read_cb, op);
+        return;
+    }
+    op->buf = op->map.data;
+    mirror_read_cb(op, ret);
+}
+
 void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
                      int64_t bytes, uint8_t *buf)
 {
@@ -255,7 +302,7 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
     op->method = method;
     op->offset = offset;
     op->bytes = bytes;
-    op->buf = buf;
+    op->buf = op->pool_buf = buf;
     op->link.data = op;
     op->order_link.data = op;
     g_queue_push_tail_link(&s->ops, &op->link);
@@ -274,7 +321,11 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
                                   (uint64_t)bytes;
             hbitmap_reset(s->zero_bitmap, offset, bytes);
         }
-        bdrv_aio_pread(s->src, offset, bytes, buf, 0, mirror_read_cb, op);
+        if (buf) {
+            bdrv_aio_pread(s->src, offset, bytes, buf, 0, mirror_read_cb, op);
+        } else {
+            bdrv_aio_map(s->src, offset, bytes, &op->map, mirror_map_cb, op);
+        }
     } else {
         mirror_write_when_ready(op);
     }

@@ -313,13 +313,12 @@ bool mirror_issue_one(MirrorJob *s)
                 return false;
             }
         }
-        buf = mirror_buf_get(s);
-        if (!buf) {
+        if (!mirror_slot_get(s, &buf)) {
             return false;
         }
         delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
         if (delay > 0) {
-            mirror_buf_put(s, buf);
+            mirror_slot_put(s, buf);
             mirror_rate_limit_wait(s, delay);
             return false;
         }

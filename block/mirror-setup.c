@@ -163,6 +163,7 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->buf_align = MAX(MAX(bdrv_get_mem_alignment(src),
                            bdrv_get_mem_alignment(dst)), 4096);
     s->free_bufs = g_ptr_array_new_with_free_func(qemu_vfree);
+    s->map_src = bdrv_can_map(src);
     g_queue_init(&s->ops);
     g_queue_init(&s->order);
     g_queue_init(&s->active_waiting);

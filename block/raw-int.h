@@ -50,6 +50,7 @@ typedef struct BDRVRawState {
     guint unsupported;          /* RAW_NO_*, atomic */
     bool serialise_writes;      /* buffered regular file: one writer */
     GMutex write_lock;          /* held by that writer */
+    bool can_map;               /* views (raw-map.c) are safe and cheap */
 } BDRVRawState;
 
 /* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying
@@ -75,5 +76,14 @@ void raw_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
 void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
                           int64_t bytes, GArray *extents,
                           BlockCompletionFunc *cb, void *opaque);
+
+/* raw-map.c: may a file opened as @fd be mapped (see bdrv_can_map)? */
+bool raw_map_supported(int fd, bool is_block, bool nocache);
+
+/* raw-map.c: BlockDriver can_map / aio_map / unmap. */
+bool raw_can_map(BlockDriverState *bs);
+void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                 BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
+void raw_unmap(BlockDriverState *bs, BdrvMapping *map);
 
 #endif /* BLOCK_RAW_INT_H */

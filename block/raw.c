@@ -256,6 +256,7 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
         s->request_alignment = align;
     }
     s->serialise_writes = !s->is_block && !nocache;
+    s->can_map = raw_map_supported(s->fd, s->is_block, nocache);
     return true;
 
 out_close:
@@ -444,4 +445,7 @@ const BlockDriver bdrv_raw = {
     .aio_pdiscard       = raw_aio_pdiscard,
     .aio_flush          = raw_aio_flush,
     .aio_block_status   = raw_aio_block_status,
+    .can_map            = raw_can_map,
+    .aio_map            = raw_aio_map,
+    .unmap              = raw_unmap,
 };

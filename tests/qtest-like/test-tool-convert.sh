@@ -127,6 +127,30 @@ stderr_has "'new.img'"
 assert_absent new.img
 ok "convert -n: smaller or missing target refused, exit 2, nothing written"
 
+# --- a source on tmpfs: copied from views of the file (raw-map.c) ---------
+shm=$(mktemp -d /dev/shm/mirror-tool-test.XXXXXX 2>/dev/null)
+if [ -z "$shm" ] || [ "$(stat -f -c %T "$shm")" != tmpfs ]; then
+    [ -z "$shm" ] || rmdir "$shm"
+    ok "convert from a tmpfs source # SKIP no writable tmpfs at /dev/shm"
+else
+    trap 'rm -rf "$shm"; _lib_cleanup' EXIT
+    make_sparse_image "$shm/v.img" $((10 * MiB + 4097)) 0:1M+1 3M-1:2 \
+        4M:2M+512 $((10 * MiB)):4097
+    convert_same "$shm/v.img" v-out.img
+    convert_same "$shm/v.img" v-out.img -W --chunk-size 64K
+    if command -v nbdkit >/dev/null && command -v nbdcopy >/dev/null; then
+        rm -f v-nbd.img
+        expect_ok nbdkit -U - memory "$(file_size "$shm/v.img")" --run "
+            \"$T\" convert -n -W \"$shm/v.img\" \"\$uri\" &&
+            nbdcopy \"\$uri\" v-nbd.img"
+        assert_same "$shm/v.img" v-nbd.img "convert -n -W tmpfs -> nbdkit"
+        ok "convert from a tmpfs source into a file and an nbdkit memory disk"
+    else
+        ok "convert from a tmpfs source into a file # SKIP no nbdkit/nbdcopy"
+    fi
+    rm -rf "$shm"
+fi
+
 for opts in "" -W "-S 0" "-W --chunk-size 64K"; do
     make_random_image g.img 10M
     expect_ok "$T" convert -n $opts s1.img g.img

@@ -5,7 +5,8 @@
 # and in the sync stage; READY; fio stops; block-job-complete; the target
 # is byte-identical to the source and the export now serves the target.
 #
-# Copy modes: background; write-blocking; background switched to
+# Copy modes: background (also with the source on tmpfs, which the job
+# copies from views of the file); write-blocking; background switched to
 # write-blocking by block-job-change while fio runs; auto-converge on a
 # speed-limited job that a faster writer keeps from converging (first shown
 # not to converge without it, then turned on over QMP; then
@@ -222,30 +223,50 @@ event_line()
 make_sparse_image base.raw 64M 0:8M 20M:8M 50M:8M
 
 # --- background --------------------------------------------------------------
-src=bg.raw
-cp base.raw "$src"
-start_target tbg
-start_job bg "$src" --speed 16M
-start_fio bg1 2M "$SIZE"
-watch_ready
-wait_ready
-[ "$ready_len" -gt "$SIZE" ] ||
-    fail "bg: READY len $ready_len: no guest write landed in copied data"
-job_info actively-synced
-[ "$info" = false ] || fail "bg: actively synced"
-# Sync stage: a bounded writer on top of the running one.
-fio_bounded bg2 4M "$SIZE" 4M
-job_info len
-[ "$info" -gt "$ready_len" ] ||
-    fail "bg: the writes after READY were not tracked"
-stop_fio bg1
-complete_job
-verify_switched full
-stop_job 0
-verify_source raw
-grep -q '^{"summary": ' bg.out || fail "bg: no summary"
+# background NAME SRC: the scenario, the source a copy of base.raw at SRC.
+background()
+{
+    local n=$1
+    src=$2
+    cp base.raw "$src"
+    start_target "t$n"
+    start_job "$n" "$src" --speed 16M
+    start_fio "${n}1" 2M "$SIZE"
+    watch_ready
+    wait_ready
+    [ "$ready_len" -gt "$SIZE" ] ||
+        fail "$n: READY len $ready_len: no guest write landed in copied data"
+    job_info actively-synced
+    [ "$info" = false ] || fail "$n: actively synced"
+    # Sync stage: a bounded writer on top of the running one.
+    fio_bounded "${n}2" 4M "$SIZE" 4M
+    job_info len
+    [ "$info" -gt "$ready_len" ] ||
+        fail "$n: the writes after READY were not tracked"
+    stop_fio "${n}1"
+    complete_job
+    verify_switched full
+    stop_job 0
+    verify_source raw
+    grep -q '^{"summary": ' "$n.out" || fail "$n: no summary"
+}
+
+background bg bg.raw
 ok "background: fio in the bulk and sync stages, complete, target == source"
 ok "background: after complete the export serves the target"
+
+# The same with the source on tmpfs: the job copies from views of the file
+# (raw-map.c) while fio's writes through the export race the copies.
+shm=$(mktemp -d /dev/shm/mirror-tool-test.XXXXXX 2>/dev/null)
+if [ -z "$shm" ] || [ "$(stat -f -c %T "$shm")" != tmpfs ]; then
+    [ -z "$shm" ] || rmdir "$shm"
+    ok "background, source on tmpfs # SKIP no writable tmpfs at /dev/shm"
+else
+    trap 'rm -rf "$shm"; _lib_cleanup' EXIT
+    background bgshm "$shm/bg.raw"
+    rm -rf "$shm"
+    ok "background, source on tmpfs (views): fio races copies, target == source"
+fi
 
 # --- write-blocking, qcow2 source --------------------------------------------
 src=wb.qcow2

@@ -1,0 +1,119 @@
+/*
+ * Raw driver, zero-copy reads: a view of the file (mmap) in place of a
+ * read into a buffer, so that a copy to an NBD server or into another file
+ * moves each byte once less (bench/nbd.sh W3: client CPU 0.49 s against
+ * 0.70 s for 2 GiB).
+ *
+ * Only for buffered regular files on tmpfs: their pages are in memory, so
+ * touching a view never waits for a disk and never meets an I/O error (a
+ * failing disk under a mapping is a SIGBUS, not an error return).  The view
+ * is made on a pool worker with MAP_POPULATE, so the main loop does not
+ * even take the page faults.  A file that shrank since open would turn the
+ * bytes past its new end into a SIGBUS: the worker checks the size first
+ * and fails with -ENOTSUP, and the caller reads instead (what is left is a
+ * race with a concurrent truncate, which a buffer read would answer with a
+ * short read).  QEMU_MIRROR_MAP=off turns views off.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/raw-int.h"
+#include "block/thread-pool.h"
+
+#include <errno.h>
+#include <linux/magic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+typedef struct RawMapRequest {
+    BDRVRawState *s;
+    int64_t offset;
+    int64_t bytes;
+    BdrvMapping *map;
+} RawMapRequest;
+
+bool raw_map_supported(int fd, bool is_block, bool nocache)
+{
+    const char *env = g_getenv("QEMU_MIRROR_MAP");
+    struct statfs sfs;
+
+    if (is_block || nocache || (env && !strcmp(env, "off"))) {
+        return false;
+    }
+    return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
+
+bool raw_can_map(BlockDriverState *bs)
+{
+    BDRVRawState *s = bs->opaque;
+
+    return s->can_map;
+}
+
+/* Worker: map the range, pages loaded; -ENOTSUP past the end of file. */
+static int raw_map_worker(void *arg)
+{
+    RawMapRequest *req = arg;
+    int64_t page = sysconf(_SC_PAGESIZE);
+    int64_t start = QEMU_ALIGN_DOWN(req->offset, page);
+    size_t length = req->offset + req->bytes - start;
+    struct stat st;
+    void *base;
+
+    if (fstat(req->s->fd, &st) < 0) {
+        return -errno;
+    }
+    if (req->offset + req->bytes > st.st_size) {
+        return -ENOTSUP;
+    }
+    base = mmap(NULL, length, PROT_READ, MAP_SHARED | MAP_POPULATE,
+                req->s->fd, start);
+    if (base == MAP_FAILED) {
+        return -ENOTSUP;        /* address space, map count: read instead */
+    }
+    *req->map = (BdrvMapping) {
+        .data = (const uint8_t *)base + (req->offset - start),
+        .base = base,
+        .length = length,
+    };
+    return 0;
+}
+
+typedef struct RawMapDone {
+    RawMapRequest req;
+    BlockCompletionFunc *cb;
+    void *opaque;
+} RawMapDone;
+
+static void raw_map_complete(void *opaque, int ret)
+{
+    RawMapDone *d = opaque;
+    BlockCompletionFunc *cb = d->cb;
+    void *cb_opaque = d->opaque;
+
+    g_free(d);
+    cb(cb_opaque, ret);
+}
+
+void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        BdrvMapping *map, BlockCompletionFunc *cb,
+                        void *opaque)
+{
+    RawMapDone *d = g_new(RawMapDone, 1);
+
+    *d = (RawMapDone) {
+        .req = { .s = bs->opaque, .offset = offset, .bytes = bytes,
+                 .map = map },
+        .cb = cb, .opaque = opaque,
+    };
+    thread_pool_submit(thread_pool_get(), raw_map_worker, &d->req,
+                       raw_map_complete, d);
+}
+
+void raw_unmap(BlockDriverState *bs, BdrvMapping *map)
+{
+    munmap(map->base, map->length);
+}
