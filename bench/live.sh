@@ -16,15 +16,17 @@
 #   BLOCK_JOB_COMPLETED; quit.  Then (untimed) `cmp` checks that the target
 #   equals the source, which fio changed.
 # The write rates are RATES percent of the copy rate: qemu-storage-daemon's
-# time to READY with no writer, measured in the untimed warm-up round
-# (COPY_RATE, in bytes/s, overrides it), so both tools get the same load.
+# time to READY with no writer, the median of CALIB_RUNS untimed warm-up
+# runs (COPY_RATE, in bytes/s, overrides it), so both tools get the same
+# load.
 # Then, per rate, RUNS rounds with the row order rotated by the round.
 # - ready_s: from the command that starts the job to BLOCK_JOB_READY;
 # - pause_ms: the switch-over pause, from sending block-job-complete to the
 #   receipt of BLOCK_JOB_COMPLETED (median and max);
 # - left_MiB: len - offset in query-block-jobs just before the complete;
 # - wr_MiB/s: the rate fio achieved.
-# Environment: RUNS (5), RATES ("25 50"), SIZE (1G), COPY_RATE, FIO_BS
+# Environment: RUNS (5), RATES ("25 50"), SIZE (1G), COPY_RATE, CALIB_RUNS
+# (3), FIO_BS
 # (64k), FIO_DEPTH (8), SEED (42), TIMEOUT (300 s), MIRROR_EXTRA
 # ("--connections 1"; ';'-separated mirror-tool option sets, one extra row
 # each), MIRROR_TOOL, QSD, PREFAULT (1).
@@ -34,6 +36,7 @@ RUNS=${RUNS:-5}
 RATES=${RATES:-"25 50"}
 SIZE=${SIZE:-1G}
 COPY_RATE=${COPY_RATE:-}
+CALIB_RUNS=${CALIB_RUNS:-3}
 FIO_BS=${FIO_BS:-64k} FIO_DEPTH=${FIO_DEPTH:-8}
 SEED=${SEED:-42}
 TIMEOUT=${TIMEOUT:-300}
@@ -82,12 +85,19 @@ make_random "$SCRATCH/src" "$SIZE" $((SEED + 2))
 make_random "$SCRATCH/tmpl" "$SIZE" $((SEED + 3))
 bytes=$(to_bytes "$SIZE")
 log "warm-up, no writer:"
+calib=()
 for ((k = 0; k < ${#JLABEL[@]}; k++)); do
     LAST_READY=
     job_run idle "$k" 0 "$SERVER"
     if [[ ${JKIND[k]} == qsd && -z $COPY_RATE ]]; then
-        [[ -n $LAST_READY ]] || die "the qemu-storage-daemon warm-up run failed"
-        COPY_RATE=$(awk -v b="$bytes" -v t="$LAST_READY" 'BEGIN { printf "%d", b / t }')
+        # The median of CALIB_RUNS idle runs: one run varied 1.6x.
+        for ((c = 0; c < CALIB_RUNS; c++)); do
+            ((c == 0)) || { LAST_READY=; job_run idle "$k" 0 "$SERVER"; }
+            [[ -n $LAST_READY ]] || die "the qemu-storage-daemon warm-up run failed"
+            calib+=("$LAST_READY")
+        done
+        t=$(printf '%s\n' "${calib[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+        COPY_RATE=$(awk -v b="$bytes" -v t="$t" 'BEGIN { printf "%d", b / t }')
     fi
 done
 echo "# copy rate: $((COPY_RATE / MiB)) MiB/s; write rates: $(for p in $RATES; do

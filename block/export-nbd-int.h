@@ -145,6 +145,9 @@
 #define NBDSRV_MAX_SKIP             (2 * (int64_t)NBDSRV_MAX_PAYLOAD)
 #define NBDSRV_MAX_EXTENTS          1024
 #define NBDSRV_RBUF_SIZE            (64 * KiB)
+/* Bytes one readable dispatch takes in at most, before the loop's other
+ * sources (the job) get their turn. */
+#define NBDSRV_READ_BUDGET          (4 * MiB)
 
 /* ---- state ---- */
 
