@@ -411,7 +411,8 @@ static ssize_t nbdsrv_client_recv(NbdClient *c)
 
 /*
  * Readable: read and parse until the socket is empty, a limit pauses the
- * client, or NBDSRV_READ_BUDGET bytes came in.  One recv per dispatch
+ * client, or NBDSRV_READ_BUDGET bytes or NBDSRV_READ_MAX_REQUESTS requests
+ * (a flood of tiny ones) came in.  One recv per dispatch
  * (a request header, then its payload in the next) gave a guest half a
  * request per main-loop iteration while the job, all of whose completions
  * run in one, took the rest: fio got 55% of its rate during a mirror.
@@ -420,13 +421,15 @@ static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
                                        gpointer opaque)
 {
     NbdClient *c = opaque;
+    uint64_t first = c->srv->stats.requests;
     size_t budget = NBDSRV_READ_BUDGET;
     ssize_t n;
 
     nbdsrv_client_ref(c);
     while ((n = nbdsrv_client_recv(c)) >= 0) {
         nbdsrv_client_process(c);
-        if (n == 0 || c->closed || c->paused || (size_t)n >= budget) {
+        if (n == 0 || c->closed || c->paused || (size_t)n >= budget ||
+            c->srv->stats.requests - first >= NBDSRV_READ_MAX_REQUESTS) {
             break;
         }
         budget -= n;

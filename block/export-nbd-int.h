@@ -148,6 +148,7 @@
 /* Bytes one readable dispatch takes in at most, before the loop's other
  * sources (the job) get their turn. */
 #define NBDSRV_READ_BUDGET          (4 * MiB)
+#define NBDSRV_READ_MAX_REQUESTS    256
 
 /* ---- state ---- */
 
