@@ -28,6 +28,7 @@ typedef enum RawOp {
     RAW_OP_DISCARD,
     RAW_OP_FLUSH,
     RAW_OP_STATUS,
+    RAW_OP_MAP,
 } RawOp;
 
 /* One request in flight; the completion frees it. */
@@ -40,6 +41,7 @@ typedef struct RawRequest {
     BdrvRequestFlags flags;
     GArray *found;              /* RAW_OP_STATUS: filled by the worker */
     GArray *extents;            /* RAW_OP_STATUS: the caller's, main loop */
+    BdrvMapping *map;           /* RAW_OP_MAP: filled by the worker */
     BlockCompletionFunc *cb;
     void *opaque;
 } RawRequest;
@@ -412,6 +414,8 @@ static int raw_worker(void *arg)
         return raw_do_flush(req);
     case RAW_OP_STATUS:
         return raw_do_status(req);
+    case RAW_OP_MAP:
+        return raw_do_map(req->s, req->offset, req->bytes, req->map);
     }
     g_assert_not_reached();
 }
@@ -508,5 +512,15 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
 
     req->extents = extents;
     req->found = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    raw_submit(req);
+}
+
+void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                 BdrvMapping *map, BlockCompletionFunc *cb, void *opaque)
+{
+    RawRequest *req = raw_request_new(bs, RAW_OP_MAP, offset, bytes, 0,
+                                      cb, opaque);
+
+    req->map = map;
     raw_submit(req);
 }

@@ -80,7 +80,16 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
 /* raw-map.c: may a file opened as @fd be mapped (see bdrv_can_map)? */
 bool raw_map_supported(int fd, bool is_block, bool nocache);
 
-/* raw-map.c: BlockDriver can_map / aio_map / unmap. */
+/*
+ * raw-map.c, on a pool worker (raw-aio.c's RAW_OP_MAP): map [@offset,
+ * @offset + @bytes) of @s's file into @map with its pages loaded; 0,
+ * -ENOTSUP when the range now lies past the end of the file (or mmap
+ * fails: read instead), or -errno.
+ */
+int raw_do_map(BDRVRawState *s, int64_t offset, int64_t bytes,
+               BdrvMapping *map);
+
+/* BlockDriver can_map / unmap (raw-map.c) and aio_map (raw-aio.c). */
 bool raw_can_map(BlockDriverState *bs);
 void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
                  BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);

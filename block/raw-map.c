@@ -18,7 +18,6 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/raw-int.h"
-#include "block/thread-pool.h"
 
 #include <errno.h>
 #include <linux/magic.h>
@@ -27,13 +26,6 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
-
-typedef struct RawMapRequest {
-    BDRVRawState *s;
-    int64_t offset;
-    int64_t bytes;
-    BdrvMapping *map;
-} RawMapRequest;
 
 bool raw_map_supported(int fd, bool is_block, bool nocache)
 {
@@ -53,64 +45,32 @@ bool raw_can_map(BlockDriverState *bs)
     return s->can_map;
 }
 
-/* Worker: map the range, pages loaded; -ENOTSUP past the end of file. */
-static int raw_map_worker(void *arg)
+int raw_do_map(BDRVRawState *s, int64_t offset, int64_t bytes,
+               BdrvMapping *map)
 {
-    RawMapRequest *req = arg;
     int64_t page = sysconf(_SC_PAGESIZE);
-    int64_t start = QEMU_ALIGN_DOWN(req->offset, page);
-    size_t length = req->offset + req->bytes - start;
+    int64_t start = QEMU_ALIGN_DOWN(offset, page);
+    size_t length = offset + bytes - start;
     struct stat st;
     void *base;
 
-    if (fstat(req->s->fd, &st) < 0) {
+    if (fstat(s->fd, &st) < 0) {
         return -errno;
     }
-    if (req->offset + req->bytes > st.st_size) {
+    if (offset + bytes > st.st_size) {
         return -ENOTSUP;
     }
-    base = mmap(NULL, length, PROT_READ, MAP_SHARED | MAP_POPULATE,
-                req->s->fd, start);
+    base = mmap(NULL, length, PROT_READ, MAP_SHARED | MAP_POPULATE, s->fd,
+                start);
     if (base == MAP_FAILED) {
         return -ENOTSUP;        /* address space, map count: read instead */
     }
-    *req->map = (BdrvMapping) {
-        .data = (const uint8_t *)base + (req->offset - start),
+    *map = (BdrvMapping) {
+        .data = (const uint8_t *)base + (offset - start),
         .base = base,
         .length = length,
     };
     return 0;
-}
-
-typedef struct RawMapDone {
-    RawMapRequest req;
-    BlockCompletionFunc *cb;
-    void *opaque;
-} RawMapDone;
-
-static void raw_map_complete(void *opaque, int ret)
-{
-    RawMapDone *d = opaque;
-    BlockCompletionFunc *cb = d->cb;
-    void *cb_opaque = d->opaque;
-
-    g_free(d);
-    cb(cb_opaque, ret);
-}
-
-void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                        BdrvMapping *map, BlockCompletionFunc *cb,
-                        void *opaque)
-{
-    RawMapDone *d = g_new(RawMapDone, 1);
-
-    *d = (RawMapDone) {
-        .req = { .s = bs->opaque, .offset = offset, .bytes = bytes,
-                 .map = map },
-        .cb = cb, .opaque = opaque,
-    };
-    thread_pool_submit(thread_pool_get(), raw_map_worker, &d->req,
-                       raw_map_complete, d);
 }
 
 void raw_unmap(BlockDriverState *bs, BdrvMapping *map)

@@ -48,7 +48,22 @@ _lib_cleanup()
     for pid in $_lib_pids; do
         kill -KILL -- "$pid" 2>/dev/null
     done
-    cd / && rm -rf "$scratch"
+    cd / && rm -rf "$scratch" ${shm:+"$shm"}
+}
+
+# Set $shm to a new directory on tmpfs (removed on exit), for cases that
+# need a source whose pages live in memory; fails when there is none.
+shm=
+shm_scratch()
+{
+    shm=$(mktemp -d /dev/shm/mirror-tool-test.XXXXXX 2>/dev/null) || {
+        shm=
+        return 1
+    }
+    [ "$(stat -f -c %T "$shm")" = tmpfs ] && return 0
+    rmdir "$shm"
+    shm=
+    return 1
 }
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/mirror-tool-test.XXXXXX") || exit 1

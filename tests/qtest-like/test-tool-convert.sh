@@ -128,12 +128,9 @@ assert_absent new.img
 ok "convert -n: smaller or missing target refused, exit 2, nothing written"
 
 # --- a source on tmpfs: copied from views of the file (raw-map.c) ---------
-shm=$(mktemp -d /dev/shm/mirror-tool-test.XXXXXX 2>/dev/null)
-if [ -z "$shm" ] || [ "$(stat -f -c %T "$shm")" != tmpfs ]; then
-    [ -z "$shm" ] || rmdir "$shm"
+if ! shm_scratch; then
     ok "convert from a tmpfs source # SKIP no writable tmpfs at /dev/shm"
 else
-    trap 'rm -rf "$shm"; _lib_cleanup' EXIT
     make_sparse_image "$shm/v.img" $((10 * MiB + 4097)) 0:1M+1 3M-1:2 \
         4M:2M+512 $((10 * MiB)):4097
     convert_same "$shm/v.img" v-out.img
@@ -148,7 +145,6 @@ else
     else
         ok "convert from a tmpfs source into a file # SKIP no nbdkit/nbdcopy"
     fi
-    rm -rf "$shm"
 fi
 
 for opts in "" -W "-S 0" "-W --chunk-size 64K"; do

@@ -257,14 +257,11 @@ ok "background: after complete the export serves the target"
 
 # The same with the source on tmpfs: the job copies from views of the file
 # (raw-map.c) while fio's writes through the export race the copies.
-shm=$(mktemp -d /dev/shm/mirror-tool-test.XXXXXX 2>/dev/null)
-if [ -z "$shm" ] || [ "$(stat -f -c %T "$shm")" != tmpfs ]; then
-    [ -z "$shm" ] || rmdir "$shm"
+if ! shm_scratch; then
     ok "background, source on tmpfs # SKIP no writable tmpfs at /dev/shm"
 else
-    trap 'rm -rf "$shm"; _lib_cleanup' EXIT
     background bgshm "$shm/bg.raw"
-    rm -rf "$shm"
+    rm -f "$shm/bg.raw"
     ok "background, source on tmpfs (views): fio races copies, target == source"
 fi
 
