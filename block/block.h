@@ -283,7 +283,8 @@ bool bdrv_can_map(BlockDriverState *bs);
 void bdrv_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
                   BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
 
-/* Release a view that bdrv_aio_map() filled in; @map is zeroed. */
+/* Release a view that bdrv_aio_map() filled in (a no-op when it filled
+ * nothing); @map is zeroed. */
 void bdrv_unmap(BlockDriverState *bs, BdrvMapping *map);
 
 /*

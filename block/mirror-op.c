@@ -56,9 +56,7 @@ static void mirror_op_release_data(MirrorOp *op)
 {
     MirrorJob *s = op->s;
 
-    if (op->map.base) {
-        bdrv_unmap(s->src, &op->map);
-    }
+    bdrv_unmap(s->src, &op->map);
     qemu_vfree(op->own_buf);
     mirror_slot_put(s, op->pool_buf);
 }
