@@ -92,13 +92,13 @@ struct MirrorJob {
     int in_flight;
     int64_t op_bytes_in_flight; /* COPY bytes: the buf-size budget */
 
-    /* data buffers: max_bufs of buf_elem_size bytes */
+    /* COPY slots, at most max_bufs: pool buffers (buf_elem_size) or views */
     GPtrArray *free_bufs;
     int nb_bufs;
     int max_bufs;
     int64_t buf_elem_size;
     size_t buf_align;
-    bool map_src;               /* copy from views of the source, no pool */
+    bool map_src;               /* large COPYs read views of the source */
     int nb_views;               /* slots taken by operations without one */
 
     /* source block status window */
@@ -118,6 +118,8 @@ struct MirrorJob {
     uint64_t flush_mark;
     bool flush_is_final;        /* started after complete/cancel asked */
     bool final_flush_done;      /* a flush succeeded since then */
+    bool ready_due;             /* a flush begun with nothing dirty nor in
+                                 * flight succeeded: READY is due */
 
     RateLimit limit;
     GSource *rate_timer;
@@ -224,11 +226,12 @@ void mirror_converge_stop(MirrorJob *s);
 /* mirror-op.c */
 
 /*
- * A slot for one COPY operation, at most max_bufs at a time: a pool buffer
- * in *@buf, or NULL there when the source is read through views.  False
+ * A slot for one COPY operation of @bytes, at most max_bufs at a time: a
+ * pool buffer in *@buf, or NULL there when the operation reads the source
+ * through a view (map_src, and @bytes large enough to gain by it).  False
  * when all slots are taken.  mirror_slot_put() gives it back.
  */
-bool mirror_slot_get(MirrorJob *s, uint8_t **buf);
+bool mirror_slot_get(MirrorJob *s, int64_t bytes, uint8_t **buf);
 void mirror_slot_put(MirrorJob *s, uint8_t *buf);
 
 /*

@@ -313,7 +313,7 @@ bool mirror_issue_one(MirrorJob *s)
                 return false;
             }
         }
-        if (!mirror_slot_get(s, &buf)) {
+        if (!mirror_slot_get(s, bytes, &buf)) {
             return false;
         }
         delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);

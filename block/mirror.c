@@ -183,6 +183,8 @@ static void mirror_flush_done(void *opaque, int ret)
         }
         if (s->flush_is_final) {
             s->final_flush_done = true;
+        } else if (!s->common.ready_seen) {
+            s->ready_due = true;
         }
     }
     mirror_pump(s);
@@ -204,6 +206,26 @@ static void mirror_top_drained(void *opaque)
     s->draining = false;
     s->drained = true;
     mirror_pump(s);
+}
+
+/*
+ * Go READY (once).  Without --qmp that also asks for completion, and when
+ * @flushed, the flush that made us READY covered every write: it is the
+ * final one.  True when the job ended meanwhile (nothing more to do).
+ */
+static bool mirror_ready(MirrorJob *s, bool flushed)
+{
+    Job *job = &s->common;
+
+    if (job->ready_seen) {
+        return false;
+    }
+    job_transition_to_ready(job);
+    if (s->auto_complete) {
+        s->should_complete = true;
+        s->final_flush_done = flushed;
+    }
+    return s->finished || job_is_completed(job);
 }
 
 void mirror_check_state(MirrorJob *s)
@@ -231,6 +253,20 @@ void mirror_check_state(MirrorJob *s)
         job_pause_point(job);
         return;
     }
+    if (s->ready_due) {
+        /*
+         * As QEMU: READY once a flush that began with nothing dirty and
+         * nothing in flight succeeded, even if guests wrote meanwhile.
+         * Waiting for a moment that stays clean across the flush's round
+         * trip kept busy guests' jobs from READY for seconds; in-sync in
+         * query-block-jobs says whether the target is behind now.
+         */
+        s->ready_due = false;
+        if (mirror_ready(s, !s->writes_since_flush &&
+                            !dirty_bitmap_count(s->dirty))) {
+            return;
+        }
+    }
     if (dirty_bitmap_count(s->dirty) > 0) {
         if (s->drained) {
             /* Written while we quiesced: let guests go, copy, retry. */
@@ -246,16 +282,8 @@ void mirror_check_state(MirrorJob *s)
     if (s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING) {
         s->actively_synced = true;
     }
-    if (!job->ready_seen) {
-        job_transition_to_ready(job);
-        if (s->auto_complete) {
-            /* The flush that made us READY is the final one. */
-            s->should_complete = true;
-            s->final_flush_done = true;
-        }
-        if (s->finished || job_is_completed(job)) {
-            return;
-        }
+    if (!job->ready_seen && mirror_ready(s, true)) {
+        return;
     }
     if (s->should_complete || job->cancelled) {
         if (s->top && !s->drained) {
