@@ -232,6 +232,22 @@ void mirror_check_state(MirrorJob *s)
 {
     Job *job = &s->common;
 
+    if (s->ready_due && !s->finished && !job_is_cancelled(job) &&
+        s->ret == 0 && !job_should_pause(job)) {
+        /*
+         * As QEMU: READY once a flush that began with nothing dirty and
+         * nothing in flight succeeded, even if guests wrote meanwhile and
+         * their copies are running now.  Waiting for a moment that stays
+         * clean across the flush's round trip kept busy guests' jobs from
+         * READY for seconds; in-sync in query-block-jobs says whether the
+         * target is behind.
+         */
+        s->ready_due = false;
+        if (mirror_ready(s, !s->in_flight && !s->writes_since_flush &&
+                            !dirty_bitmap_count(s->dirty))) {
+            return;
+        }
+    }
     if (s->finished || s->in_flight || s->flush_in_flight ||
         s->status_pending || s->draining) {
         return;
@@ -252,20 +268,6 @@ void mirror_check_state(MirrorJob *s)
         }
         job_pause_point(job);
         return;
-    }
-    if (s->ready_due) {
-        /*
-         * As QEMU: READY once a flush that began with nothing dirty and
-         * nothing in flight succeeded, even if guests wrote meanwhile.
-         * Waiting for a moment that stays clean across the flush's round
-         * trip kept busy guests' jobs from READY for seconds; in-sync in
-         * query-block-jobs says whether the target is behind now.
-         */
-        s->ready_due = false;
-        if (mirror_ready(s, !s->writes_since_flush &&
-                            !dirty_bitmap_count(s->dirty))) {
-            return;
-        }
     }
     if (dirty_bitmap_count(s->dirty) > 0) {
         if (s->drained) {

@@ -1,7 +1,8 @@
 /*
  * The mirror job's sync stage, in process: writes to the source (through
  * the block layer, as a guest's would arrive) dirty it, before and after
- * READY, and the job copies them; the speed limit holds in the bulk stage
+ * READY, and the job copies them; READY follows the flush that began
+ * clean even if a guest wrote meanwhile (QEMU's rule); the speed limit holds in the bulk stage
  * and in the sync stage (measured over 2 s: within 10%); a soft cancel
  * after READY leaves a point-in-time copy; the final flush of a soft
  * cancel may fail and is retried (QEMU's mirror-ready-cancel-error, with
@@ -207,6 +208,41 @@ static void test_writes_during_bulk(void)
     fixture_destroy(&f);
 }
 
+/*
+ * As QEMU, READY follows a flush that began with nothing dirty and nothing
+ * in flight, even when a guest wrote while it ran: the job is READY with
+ * that write not yet on the target (in-sync says so), copies it, and
+ * completes to an equal target.  Every target request takes 100 ms, so the
+ * flush is caught in flight and the write's copy is still running when
+ * READY comes.
+ */
+static void test_write_during_ready_flush(void)
+{
+    const int64_t size = MiB;
+    MirrorParams p = params(0, 0);
+    g_autofree char *dst = NULL;
+    Fixture f = { 0 };
+    MirrorStats st;
+
+    fixture_files(&f, size);
+    dst = g_strdup_printf("blkdebug:latency-ns=100000000:%s", f.dst_path);
+    fixture_init(&f, f.src_path, dst, &p);
+    job_start(f.job);
+    /* Nothing dirty or in flight and not READY yet: the flush runs. */
+    RUN_UNTIL(job_in_sync(f.job), 60);
+    g_assert_cmpint(f.ev.ready_count, ==, 0);
+    g_assert_cmpuint(bdrv_get_in_flight(f.dst), ==, 1);
+    guest_write(&f, 256 * KiB, 64 * KiB, 31);   /* one granule */
+    g_assert_cmpint(f.ev.ready_count, ==, 0);
+    RUN_UNTIL(f.ev.ready_count == 1, 60);
+    mirror_get_stats(f.job, &st);
+    g_assert_false(st.in_sync);
+    g_assert_cmpint(st.dirty_bytes + st.in_flight_bytes, ==, 64 * KiB);
+    RUN_UNTIL(job_in_sync(f.job), 60);
+    complete_and_check(&f);
+    fixture_destroy(&f);
+}
+
 /* ---- the speed limit, measured ---- */
 
 /*
@@ -390,6 +426,8 @@ int main(int argc, char **argv)
                     test_writes_after_ready);
     g_test_add_func("/mirror/sync/writes-during-bulk",
                     test_writes_during_bulk);
+    g_test_add_func("/mirror/sync/write-during-ready-flush",
+                    test_write_during_ready_flush);
     g_test_add_func("/mirror/sync/speed-bulk", test_speed_bulk);
     g_test_add_func("/mirror/sync/speed-sync", test_speed_sync);
     g_test_add_func("/mirror/sync/soft-cancel-point-in-time",
