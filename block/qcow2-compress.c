@@ -20,17 +20,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/*
- * The stream format is QEMU's (raw deflate, 4 KiB window), so that any
- * qcow2 reader inflates it; the effort is ours.  QEMU deflates at
- * Z_DEFAULT_COMPRESSION (6).  Level 1 runs zlib's fast matcher (no lazy
- * matching, short hash chains): on 64 KiB clusters of text and of program
- * binaries it compresses 1.3x to 1.6x faster for output 3% to 7% larger,
- * and deflate is more than 80% of the CPU time of `convert -c`.
- */
+/* QEMU's raw deflate with a 4 KiB window (qcow2-deflate.c writes it). */
 #define QCOW2_ZLIB_WINDOW_BITS  (-12)
-#define QCOW2_ZLIB_MEM_LEVEL    9
-#define QCOW2_ZLIB_LEVEL        Z_BEST_SPEED
 
 void qcow2_compressed_range(const BDRVQcow2State *s, uint64_t entry,
                             int64_t *offset, int64_t *length)
@@ -100,73 +91,6 @@ int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
     return qcow2_inflate(in, n, out, s->cluster_size);
 }
 
-/* One z_stream per worker thread, reset between clusters. */
-static void qcow2_deflate_free(gpointer p)
-{
-    z_stream *z = p;
-
-    deflateEnd(z);
-    g_free(z);
-}
-
-static GPrivate qcow2_deflate_key = G_PRIVATE_INIT(qcow2_deflate_free);
-
-/*
- * Incompressible data (random, already compressed) costs a full deflate
- * for nothing: before compressing a cluster larger than 4 KiB, deflate
- * four 1 KiB samples spread over it at the fastest level.  If none of
- * them shrinks by an eighth, the cluster is stored normally.  This only
- * ever gives up compression, never correctness; it can miss a cluster
- * whose samples look random while the rest would compress.
- */
-#define QCOW2_PROBE_SAMPLES     4
-#define QCOW2_PROBE_BYTES       1024
-
-static void qcow2_probe_free(gpointer p)
-{
-    z_stream *z = p;
-
-    deflateEnd(z);
-    g_free(z);
-}
-
-static GPrivate qcow2_probe_key = G_PRIVATE_INIT(qcow2_probe_free);
-
-static bool qcow2_worth_compressing(const uint8_t *in, int64_t cs)
-{
-    z_stream *z = g_private_get(&qcow2_probe_key);
-    uint8_t out[QCOW2_PROBE_BYTES];
-
-    if (cs <= 4096) {
-        return true;
-    }
-    if (!z) {
-        z = g_new0(z_stream, 1);
-        /* memLevel 4: a 2048-entry hash (each deflateReset() clears it)
-         * and room for one 1 KiB sample in one block. */
-        if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED, QCOW2_ZLIB_WINDOW_BITS,
-                         4, Z_DEFAULT_STRATEGY) != Z_OK) {
-            g_free(z);
-            return true;
-        }
-        g_private_set(&qcow2_probe_key, z);
-    }
-    for (int i = 0; i < QCOW2_PROBE_SAMPLES; i++) {
-        if (deflateReset(z) != Z_OK) {
-            return true;
-        }
-        z->next_in = (Bytef *)in + i * (cs / QCOW2_PROBE_SAMPLES);
-        z->avail_in = QCOW2_PROBE_BYTES;
-        z->next_out = out;
-        z->avail_out = sizeof(out);
-        if (deflate(z, Z_FINISH) == Z_STREAM_END &&
-            sizeof(out) - z->avail_out < QCOW2_PROBE_BYTES * 7 / 8) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /*
  * At most one compression per CPU at a time: more pool workers than CPUs
  * compressing only fight for the CPUs and their caches, and keep the
@@ -194,38 +118,6 @@ static void qcow2_compress_leave(void)
     qcow2_compress_running--;
     g_cond_signal(&qcow2_compress_cond);
     g_mutex_unlock(&qcow2_compress_lock);
-}
-
-/*
- * Compress one cluster (@in, @cs bytes) into @out (@cs - 1 bytes).
- * Returns the compressed size, 0 when it does not shrink, or -errno.
- */
-static int64_t qcow2_deflate(const uint8_t *in, int64_t cs, uint8_t *out)
-{
-    z_stream *z = g_private_get(&qcow2_deflate_key);
-    int ret;
-
-    if (!z) {
-        z = g_new0(z_stream, 1);
-        if (deflateInit2(z, QCOW2_ZLIB_LEVEL, Z_DEFLATED,
-                         QCOW2_ZLIB_WINDOW_BITS, QCOW2_ZLIB_MEM_LEVEL,
-                         Z_DEFAULT_STRATEGY) != Z_OK) {
-            g_free(z);
-            return -ENOMEM;
-        }
-        g_private_set(&qcow2_deflate_key, z);
-    } else if (deflateReset(z) != Z_OK) {
-        return -EIO;
-    }
-    z->next_in = (Bytef *)in;
-    z->avail_in = cs;
-    z->next_out = out;
-    z->avail_out = cs - 1;
-    ret = deflate(z, Z_FINISH);
-    if (ret != Z_STREAM_END) {
-        return 0;       /* did not fit in cs - 1 bytes */
-    }
-    return cs - 1 - z->avail_out;
 }
 
 /*

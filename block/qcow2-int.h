@@ -516,6 +516,23 @@ void qcow2_compressed_range(const BDRVQcow2State *s, uint64_t entry,
 int qcow2_do_write_compressed(BDRVQcow2State *s, int64_t offset,
                               int64_t bytes, const uint8_t *buf);
 
+/* ---- qcow2-deflate.c: thread-safe, for pool workers ---- */
+
+/* Is the cluster @in (@cs bytes) worth a full deflate?  False when samples
+ * of it do not shrink (random or already compressed data). */
+bool qcow2_worth_compressing(const uint8_t *in, int64_t cs);
+
+/*
+ * Deflate the cluster @in (@cs bytes) into @out (room for @cs - 1 bytes)
+ * as QEMU reads compressed clusters: raw deflate, matches at most 4 KiB
+ * back.  Returns the compressed size, 0 when it does not shrink, or
+ * -errno.
+ */
+int64_t qcow2_deflate(const uint8_t *in, int64_t cs, uint8_t *out);
+
+/* "isa-l" or "zlib": what qcow2_deflate() runs (for info and tests). */
+const char *qcow2_deflate_backend(void);
+
 /* ---- qcow2-backing.c ---- */
 
 /* Open the backing file named in @s's header (if any) into s->backing. */

@@ -12,6 +12,8 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <errno.h>
+#include <string.h>
+#include <zlib.h>
 
 #include "block/qcow2-int.h"
 #include "block/qcow2.h"
@@ -493,6 +495,60 @@ static void test_create_options(void)
     test_scratch_free(g_steal_pointer(&dir));
 }
 
+/*
+ * qcow2_deflate() output is what QEMU inflates: raw deflate whose matches
+ * reach back at most 4 KiB.  The cluster repeats a random 3000-byte block
+ * every 5000 bytes, with compressible text in between: a deflate with a
+ * larger window would match the repeats, and a streaming inflate with
+ * QEMU's 4 KiB window would then fail ("invalid distance too far back").
+ */
+static void test_deflate_window(gconstpointer data)
+{
+    int64_t cs = INT64_C(1) << GPOINTER_TO_INT(data);
+    g_autofree uint8_t *in = g_malloc(cs);
+    g_autofree uint8_t *out = g_malloc(cs);
+    g_autofree uint8_t *back = g_malloc(cs);
+    g_autoptr(GRand) rand = g_rand_new_with_seed(cs);
+    uint8_t block[3000];
+    z_stream z = { 0 };
+    int64_t clen;
+    int ret;
+
+    g_test_message("deflate backend: %s", qcow2_deflate_backend());
+    for (size_t i = 0; i < sizeof(block); i++) {
+        block[i] = g_rand_int(rand);
+    }
+    for (int64_t i = 0; i < cs; i++) {
+        int64_t pos = i % 5000;
+
+        in[i] = pos < 3000 ? block[pos] : "lorem ipsum dolor "[pos % 18];
+    }
+    clen = qcow2_deflate(in, cs, out);
+    g_assert_cmpint(clen, >, 0);
+    g_assert_cmpint(clen, <, cs);
+    /* 512 bytes out per call: matches into earlier calls' output must lie
+     * in the 4 KiB window (one call into the whole buffer would let zlib
+     * reach back into that buffer instead, and see nothing wrong). */
+    g_assert_cmpint(inflateInit2(&z, -12), ==, Z_OK);
+    z.next_in = out;
+    z.avail_in = clen;
+    z.next_out = back;
+    do {
+        z.avail_out = MIN(512, back + cs - z.next_out);
+        ret = inflate(&z, Z_NO_FLUSH);
+    } while (ret == Z_OK && z.next_out < back + cs);
+    g_assert_cmpint(ret, ==, Z_STREAM_END);
+    g_assert_true(z.next_out == back + cs);
+    inflateEnd(&z);
+    g_assert_true(memcmp(in, back, cs) == 0);
+
+    /* Random data does not shrink: 0, and nothing else is promised. */
+    for (int64_t i = 0; i < cs; i++) {
+        in[i] = g_rand_int(rand);
+    }
+    g_assert_cmpint(qcow2_deflate(in, cs, out), ==, 0);
+}
+
 int main(int argc, char **argv)
 {
     static const int sizes[] = { 9, 12, 16, 21 };
@@ -506,6 +562,12 @@ int main(int argc, char **argv)
 
         g_test_add_data_func(rw, GINT_TO_POINTER(sizes[i]), test_random_rw);
         g_test_add_data_func(c, GINT_TO_POINTER(sizes[i]), test_compressed);
+    }
+    for (int bits = 13; bits <= 21; bits += 4) {
+        g_autofree char *d = g_strdup_printf("/qcow2/deflate/window-%d",
+                                             1 << bits);
+
+        g_test_add_data_func(d, GINT_TO_POINTER(bits), test_deflate_window);
     }
     g_test_add_func("/qcow2/cow/raw-backing", test_cow_raw);
     g_test_add_func("/qcow2/cow/chain", test_cow_chain);
