@@ -212,7 +212,7 @@ static void test_writes_during_bulk(void)
  * As QEMU, READY follows a flush that began with nothing dirty and nothing
  * in flight, even when a guest wrote while it ran: the job is READY with
  * that write not yet on the target (in-sync says so), copies it, and
- * completes to an equal target.  Every target request takes 100 ms, so the
+ * completes to an equal target.  Every target request takes 400 ms, so the
  * flush is caught in flight and the write's copy is still running when
  * READY comes.
  */
@@ -225,7 +225,7 @@ static void test_write_during_ready_flush(void)
     MirrorStats st;
 
     fixture_files(&f, size);
-    dst = g_strdup_printf("blkdebug:latency-ns=100000000:%s", f.dst_path);
+    dst = g_strdup_printf("blkdebug:latency-ns=400000000:%s", f.dst_path);
     fixture_init(&f, f.src_path, dst, &p);
     job_start(f.job);
     /* Nothing dirty or in flight and not READY yet: the flush runs. */
