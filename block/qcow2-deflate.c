@@ -47,30 +47,42 @@ static void qcow2_zstream_free(gpointer p)
     g_free(z);
 }
 
+/*
+ * This thread's z_stream in @key, deflating at zlib's level 1 with QEMU's
+ * window and @mem_level, ready for a new stream; NULL if zlib failed.
+ */
+static z_stream *qcow2_zstream(GPrivate *key, int mem_level)
+{
+    z_stream *z = g_private_get(key);
+
+    if (z) {
+        return deflateReset(z) == Z_OK ? z : NULL;
+    }
+    z = g_new0(z_stream, 1);
+    if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED, -QCOW2_DEFLATE_WINDOW_BITS,
+                     mem_level, Z_DEFAULT_STRATEGY) != Z_OK) {
+        g_free(z);
+        return NULL;
+    }
+    g_private_set(key, z);
+    return z;
+}
+
 static GPrivate qcow2_probe_key = G_PRIVATE_INIT(qcow2_zstream_free);
 
 bool qcow2_worth_compressing(const uint8_t *in, int64_t cs)
 {
-    z_stream *z = g_private_get(&qcow2_probe_key);
     uint8_t out[QCOW2_PROBE_BYTES];
 
     if (cs <= 4096) {
         return true;
     }
-    if (!z) {
-        z = g_new0(z_stream, 1);
-        /* memLevel 4: a 2048-entry hash (each deflateReset() clears it)
-         * and room for one 1 KiB sample in one block. */
-        if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED,
-                         -QCOW2_DEFLATE_WINDOW_BITS, 4,
-                         Z_DEFAULT_STRATEGY) != Z_OK) {
-            g_free(z);
-            return true;
-        }
-        g_private_set(&qcow2_probe_key, z);
-    }
     for (int i = 0; i < QCOW2_PROBE_SAMPLES; i++) {
-        if (deflateReset(z) != Z_OK) {
+        /* memLevel 4: a 2048-entry hash (each reset clears it) and room
+         * for one 1 KiB sample in one block. */
+        z_stream *z = qcow2_zstream(&qcow2_probe_key, 4);
+
+        if (!z) {
             return true;
         }
         z->next_in = (Bytef *)in + i * (cs / QCOW2_PROBE_SAMPLES);
@@ -135,19 +147,10 @@ static GPrivate qcow2_deflate_key = G_PRIVATE_INIT(qcow2_zstream_free);
 static int64_t qcow2_deflate_zlib(const uint8_t *in, int64_t cs,
                                   uint8_t *out)
 {
-    z_stream *z = g_private_get(&qcow2_deflate_key);
+    z_stream *z = qcow2_zstream(&qcow2_deflate_key, 9);
 
     if (!z) {
-        z = g_new0(z_stream, 1);
-        if (deflateInit2(z, Z_BEST_SPEED, Z_DEFLATED,
-                         -QCOW2_DEFLATE_WINDOW_BITS, 9,
-                         Z_DEFAULT_STRATEGY) != Z_OK) {
-            g_free(z);
-            return -ENOMEM;
-        }
-        g_private_set(&qcow2_deflate_key, z);
-    } else if (deflateReset(z) != Z_OK) {
-        return -EIO;
+        return -ENOMEM;
     }
     z->next_in = (Bytef *)in;
     z->avail_in = cs;
