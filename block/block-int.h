@@ -40,6 +40,12 @@ typedef struct BlockLimits {
     int64_t opt_transfer;
 
     /*
+     * Size of one copy operation that reads this node, for callers that
+     * pick their own (the mirror job's default chunk-size).  0 = theirs.
+     */
+    int64_t copy_transfer;
+
+    /*
      * Independent channels the driver spreads requests over (NBD: the
      * connections in use), each with its own server-side workers; callers
      * that size a window of requests in flight scale it by this.

@@ -413,6 +413,11 @@ uint32_t bdrv_get_channels(BlockDriverState *bs)
     return MAX(bs->bl.channels, 1);
 }
 
+int64_t bdrv_get_copy_transfer(BlockDriverState *bs)
+{
+    return bs->bl.copy_transfer;
+}
+
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp)
 {
     *info = (BlockImageInfo) {

@@ -96,6 +96,20 @@ static int64_t mirror_default_granularity(BlockDriverState *dst)
     return MIN(MAX(cs, 4 * KiB), 64 * KiB);
 }
 
+/*
+ * The default chunk-size: QEMU's 1 MiB, or less where the source's driver
+ * prefers smaller copy operations (NBD: bdrv_get_copy_transfer()).
+ */
+static int64_t mirror_default_chunk(BlockDriverState *src)
+{
+    int64_t pref = bdrv_get_copy_transfer(src);
+
+    if (pref <= 0 || !is_power_of_2(pref)) {
+        return MIRROR_DEFAULT_CHUNK_SIZE;
+    }
+    return MIN(MAX(pref, MIRROR_MIN_CHUNK_SIZE), MIRROR_DEFAULT_CHUNK_SIZE);
+}
+
 Job *mirror_job_new(const char *id, BlockDriverState *src,
                     BlockDriverState *dst, const MirrorParams *p,
                     GError **errp)
@@ -103,7 +117,7 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     MirrorJob *s;
     int64_t granularity = p->granularity ? p->granularity
                                          : mirror_default_granularity(dst);
-    int64_t chunk = p->chunk_size ? p->chunk_size : MIRROR_DEFAULT_CHUNK_SIZE;
+    int64_t chunk = p->chunk_size ? p->chunk_size : mirror_default_chunk(src);
     /*
      * The default window grows with the channels of either end: each NBD
      * connection has its own server workers (nbdkit: 16), and a window of
@@ -114,9 +128,12 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
                        MIRROR_MAX_WINDOW_CHANNELS);
     int64_t buf_size = p->buf_size ? p->buf_size
                                    : MIRROR_DEFAULT_BUF_SIZE * channels;
+    /* Smaller default operations: more of them, the same bytes. */
     int max_in_flight = p->max_in_flight
                         ? p->max_in_flight
-                        : MIRROR_DEFAULT_MAX_IN_FLIGHT * channels;
+                        : MIRROR_DEFAULT_MAX_IN_FLIGHT * channels *
+                          (p->chunk_size ? 1
+                                         : MIRROR_DEFAULT_CHUNK_SIZE / chunk);
 
     if (!mirror_check_params(src, dst, p, granularity, chunk, buf_size,
                              max_in_flight, errp)) {

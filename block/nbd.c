@@ -227,6 +227,15 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->request_alignment = align;
     bl->max_transfer = MAX(QEMU_ALIGN_DOWN(max, align), align);
     bl->opt_transfer = MIN(s->pref_block, bl->max_transfer);
+    /*
+     * Copying from an NBD server, every byte is received into a buffer
+     * and sent on from it: requests of nbdcopy's 256 KiB keep it in the
+     * CPU caches in between, on our side and the server's.  bench/nbd.sh
+     * W1 (nbdkit sparse-random, 8G onto itself): 1.19 s with 1 MiB
+     * requests, 0.98 s with 256 KiB (nbdcopy: 1.03 s).
+     */
+    bl->copy_transfer = MIN(MAX(NBDBLK_COPY_TRANSFER, bl->opt_transfer),
+                            bl->max_transfer);
     bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(NBDBLK_MAX_LENGTH, align);
     bl->max_pdiscard = bl->max_pwrite_zeroes;
     bl->channels = s->nr_conns;

@@ -37,6 +37,8 @@ int nbdblk_default_connections(void);
 /* Requests in flight per connection (libnbd's advice); more wait in the
  * driver. */
 #define NBDBLK_MAX_IN_FLIGHT  64
+/* Preferred size of a copy operation reading an NBD node. */
+#define NBDBLK_COPY_TRANSFER  (256 * 1024)
 
 typedef enum NbdBlkTransport {
     NBDBLK_TRANSPORT_TCP,

@@ -31,6 +31,7 @@ typedef struct NullState {
     uint32_t align;
     int64_t max_transfer;
     int64_t channels;           /* BlockLimits.channels */
+    int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
     int64_t run;                /* alternate run length */
@@ -105,6 +106,8 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
         !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
         !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
+        !fault_opt_size(opts, "null", "copy-transfer", 0, &s->copy_transfer,
+                        errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
         !fault_opt_bool(opts, "null", "record", false, &record, errp) ||
         !null_parse_extents(s, opts, errp) ||
@@ -155,6 +158,7 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->request_alignment = s->align;
     bl->max_transfer = s->max_transfer;
     bl->channels = MIN(s->channels, 64);
+    bl->copy_transfer = s->copy_transfer;
 }
 
 /* ---- requests ---- */

@@ -234,7 +234,7 @@ int cmd_convert(int argc, char **argv)
         { "oob-writes", 'W', 0, G_OPTION_ARG_NONE, &o.oob_writes,
           "allow out-of-order writes (default: in offset order)", NULL },
         { "parallel", 'm', 0, G_OPTION_ARG_STRING, &o.parallel,
-          "operations in flight, 1..1024 (default 16)", "N" },
+          "operations in flight, 1..1024 (default 16 per NBD connection; see docs)", "N" },
         { "sparse-size", 'S', 0, G_OPTION_ARG_STRING, &o.sparse,
           "zero runs of at least SIZE become holes (default 4K; 0: fully "
           "allocate)", "SIZE" },
@@ -247,7 +247,7 @@ int cmd_convert(int argc, char **argv)
           "the target already reads as zero: skip zeroing (needs -n)",
           NULL },
         { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &o.chunk_size,
-          "largest single I/O, power of 2 in 4K..64M (default 1M)", "SIZE" },
+          "largest single I/O, power of 2 in 4K..64M (default 1M; 256K from an NBD source)", "SIZE" },
         { "buf-size", 0, 0, G_OPTION_ARG_STRING, &o.buf_size,
           "bytes of data in flight (default 16M)", "SIZE" },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,

@@ -117,31 +117,46 @@ static void test_limits_buf_size(void)
 
 /*
  * Left at their defaults, max-in-flight and buf-size grow with the request
- * channels (NBD connections) of either end, up to four.
+ * channels (NBD connections) of either end, up to four.  A source whose
+ * driver prefers smaller copy operations (NBD: 256 KiB) sets the default
+ * chunk-size, and the default max-in-flight grows to keep the bytes in
+ * flight; an explicit chunk-size keeps max-in-flight at 16.
  */
-static void test_limits_channels(void)
+static void test_limits_window(void)
 {
     static const struct {
+        const char *src;
         const char *dst;
+        int64_t chunk;
         uint64_t window;
+        int64_t window_bytes;
+        int64_t largest;
     } cases[] = {
-        { "null:size=128M,latency-ns=2000000", 16 },
-        { "null:size=128M,latency-ns=2000000,channels=2", 32 },
-        { "null:size=128M,latency-ns=2000000,channels=9", 64 },
+        { "null:size=128M", "null:size=128M,latency-ns=2000000",
+          0, 16, 16 * MiB, MiB },
+        { "null:size=128M", "null:size=128M,latency-ns=2000000,channels=2",
+          0, 32, 32 * MiB, MiB },
+        { "null:size=128M", "null:size=128M,latency-ns=2000000,channels=9",
+          0, 64, 64 * MiB, MiB },
+        { "null:size=128M,copy-transfer=256K",
+          "null:size=128M,latency-ns=2000000", 0, 64, 16 * MiB, 256 * KiB },
+        { "null:size=128M,copy-transfer=256K",
+          "null:size=128M,latency-ns=2000000", MiB, 16, 16 * MiB, MiB },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-        MirrorParams p = params(0, 0, 0);
+        MirrorParams p = params(0, cases[i].chunk, 0);
         Fixture f;
         NullStats st;
 
-        fixture_init(&f, "null:size=128M", cases[i].dst, &p);
+        fixture_init(&f, cases[i].src, cases[i].dst, &p);
         fixture_run(&f);
         g_assert_cmpint(f.job->ret, ==, 0);
         null_get_stats(f.dst, &st);
         g_assert_cmpuint(st.max_in_flight, ==, cases[i].window);
         g_assert_cmpint(st.max_data_bytes_in_flight, ==,
-                        cases[i].window * MiB);
+                        cases[i].window_bytes);
+        g_assert_cmpint(st.max_data_request, ==, cases[i].largest);
         g_assert_cmpuint(st.bytes[NULL_OP_WRITE], ==, 128 * MiB);
         fixture_destroy(&f);
     }
@@ -526,7 +541,7 @@ int main(int argc, char **argv)
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mirror/limits/in-flight", test_limits_in_flight);
     g_test_add_func("/mirror/limits/buf-size", test_limits_buf_size);
-    g_test_add_func("/mirror/limits/channels", test_limits_channels);
+    g_test_add_func("/mirror/limits/window", test_limits_window);
     g_test_add_func("/mirror/limits/chunk-cap-large-granularity",
                     test_chunk_cap_large_granularity);
     g_test_add_func("/mirror/bulk/coalesce", test_coalesce);
