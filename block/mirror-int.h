@@ -40,8 +40,7 @@ typedef struct MirrorOp {
     int64_t bytes;
     const uint8_t *buf;         /* COPY: the data, in one of these: */
     uint8_t *pool_buf;          /*   a pool buffer, */
-    BdrvMapping map;            /*   a view of the source, */
-    uint8_t *own_buf;           /*   a buffer of its own (no view here) */
+    BdrvMapping map;            /*   a view of the source */
     bool target_was_zero;       /* the target read as zero here */
     bool write_ready;           /* in order: read done, waiting its turn */
     bool in_order_queue;

@@ -69,7 +69,6 @@ static void mirror_op_release_data(MirrorOp *op)
     MirrorJob *s = op->s;
 
     bdrv_unmap(s->src, &op->map);
-    qemu_vfree(op->own_buf);
     mirror_slot_put(s, op->pool_buf);
 }
 
@@ -293,9 +292,10 @@ static void mirror_map_cb(void *opaque, int ret)
     MirrorJob *s = op->s;
 
     if (ret == -ENOTSUP) {
-        op->own_buf = qemu_memalign(s->buf_align, op->bytes);
-        op->buf = op->own_buf;
-        bdrv_aio_pread(s->src, op->offset, op->bytes, op->own_buf, 0,
+        /* No view of this range: the slot becomes a pool buffer. */
+        s->nb_views--;
+        op->buf = op->pool_buf = mirror_buf_get(s);
+        bdrv_aio_pread(s->src, op->offset, op->bytes, op->pool_buf, 0,
                        mirror_read_cb, op);
         return;
     }
