@@ -20,9 +20,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/* QEMU's raw deflate with a 4 KiB window (qcow2-deflate.c writes it). */
-#define QCOW2_ZLIB_WINDOW_BITS  (-12)
-
 void qcow2_compressed_range(const BDRVQcow2State *s, uint64_t entry,
                             int64_t *offset, int64_t *length)
 {
@@ -41,7 +38,7 @@ static int qcow2_inflate(const uint8_t *in, int64_t in_len, uint8_t *out,
     z_stream z = { 0 };
     int ret;
 
-    if (inflateInit2(&z, QCOW2_ZLIB_WINDOW_BITS) != Z_OK) {
+    if (inflateInit2(&z, -QCOW2_DEFLATE_WINDOW_BITS) != Z_OK) {
         return -ENOMEM;
     }
     z.next_in = (Bytef *)in;

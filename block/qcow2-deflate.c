@@ -23,9 +23,6 @@
 #include <isa-l/igzip_lib.h>
 #endif
 
-/* QEMU's window: inflateInit2(-12) reads what reaches back 4 KiB. */
-#define QCOW2_DEFLATE_WINDOW_BITS   12
-
 /* ---- is it worth it? ---- */
 
 /*

@@ -518,6 +518,10 @@ int qcow2_do_write_compressed(BDRVQcow2State *s, int64_t offset,
 
 /* ---- qcow2-deflate.c: thread-safe, for pool workers ---- */
 
+/* Compressed clusters are raw deflate whose matches reach back at most
+ * 2^12 bytes: QEMU inflates them with inflateInit2(-12). */
+#define QCOW2_DEFLATE_WINDOW_BITS   12
+
 /* Is the cluster @in (@cs bytes) worth a full deflate?  False when samples
  * of it do not shrink (random or already compressed data). */
 bool qcow2_worth_compressing(const uint8_t *in, int64_t cs);
