@@ -284,7 +284,7 @@ void mirror_check_state(MirrorJob *s)
     if (s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING) {
         s->actively_synced = true;
     }
-    if (!job->ready_seen && mirror_ready(s, true)) {
+    if (mirror_ready(s, true)) {
         return;
     }
     if (s->should_complete || job->cancelled) {
