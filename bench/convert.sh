@@ -134,10 +134,11 @@ report() {
     ref=${MW[REF]}
     echo
     echo "== $2 (RUNS=$RUNS, ratio = median wall / median wall of '${LABEL[REF]}') =="
-    printf '%-40s %9s %9s %8s %7s\n' tool wall_s cpu_s rss_MiB ratio
+    printf '%-40s %9s %9s %8s %7s %7s %5s\n' tool wall_s cpu_s rss_MiB ratio \
+        best_s slow
     for ((k = 0; k < NROWS; k++)); do
-        printf '%-40s %9s %9s %8s %7s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
-            $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$ref")"
+        printf '%-40s %9s %9s %8s %7s %7s %5s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
+            $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$ref")" "${MB[k]}" "${NS[k]}"
     done
     for ((k = 0; k < NROWS; k++)); do
         [[ -n ${LIMIT[k]} ]] || continue

@@ -125,9 +125,11 @@ jcol() { awk -F'\t' -v w="$1" -v r="$2" -v c="$3" '$1 == w && $2 == r { print $c
 # qemu-storage-daemon row.
 job_report() {
     local wl=$1 live=$3 goal=$4 k ref=-1 n=${#JLABEL[@]} nf ok pok r
-    local -a RD DN CPU RSS PS PX LF WR
+    local -a RD RB NS DN CPU RSS PS PX LF WR
     for ((k = 0; k < n; k++)); do
         RD[k]=$(jcol "$wl" "$k" 3 | median)
+        RB[k]=$(jcol "$wl" "$k" 3 | best)
+        NS[k]=$(jcol "$wl" "$k" 3 | slow_runs "${RB[k]}")
         DN[k]=$(jcol "$wl" "$k" 4 | median)
         PS[k]=$(jcol "$wl" "$k" 5 | median)
         PX[k]=$(jcol "$wl" "$k" 5 | sort -g | tail -1)
@@ -145,8 +147,8 @@ job_report() {
         printf '%-34s %8s %5s %8s %6s %8s %8s %7s %6s %7s %4s\n' tool ready_s ratio \
             pause_ms max_ms left_MiB wr_MiB/s done_s cpu_s rss_MiB fail
     else
-        printf '%-34s %8s %5s %8s %5s %6s %7s %4s\n' tool ready_s ratio done_s \
-            ratio cpu_s rss_MiB fail
+        printf '%-34s %8s %5s %8s %5s %6s %7s %7s %4s %4s\n' tool ready_s ratio \
+            done_s ratio cpu_s rss_MiB best_s slow fail
     fi
     for ((k = 0; k < n; k++)); do
         nf=$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r' "$FAILS" | wc -l)
@@ -155,9 +157,10 @@ job_report() {
                 "${RD[k]}" "$(ratio "${RD[k]}" "${RD[ref]}")" "${PS[k]}" "${PX[k]:-nan}" \
                 "${LF[k]}" "${WR[k]}" "${DN[k]}" "${CPU[k]}" $((${RSS[k]:-0} / 1024)) "$nf"
         else
-            printf '%-34s %8s %5s %8s %5s %6s %7s %4s\n' "${JLABEL[k]}" "${RD[k]}" \
-                "$(ratio "${RD[k]}" "${RD[ref]}")" "${DN[k]}" \
-                "$(ratio "${DN[k]}" "${DN[ref]}")" "${CPU[k]}" $((${RSS[k]:-0} / 1024)) "$nf"
+            printf '%-34s %8s %5s %8s %5s %6s %7s %7s %4s %4s\n' "${JLABEL[k]}" \
+                "${RD[k]}" "$(ratio "${RD[k]}" "${RD[ref]}")" "${DN[k]}" \
+                "$(ratio "${DN[k]}" "${DN[ref]}")" "${CPU[k]}" $((${RSS[k]:-0} / 1024)) \
+                "${RB[k]}" "${NS[k]}" "$nf"
         fi
     done
     for ((k = 0; k < n; k++)); do

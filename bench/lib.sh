@@ -106,14 +106,24 @@ median() {
         else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
-# summarize WORKLOAD: MW[k] median wall, MC[k] median CPU (column 4), MR[k]
-# max RSS in KiB, for every row k.
-# shellcheck disable=SC2034 # MW, MC and MR are for the caller
+# best: the smallest of the numbers on stdin ("nan" if none).
+best() { sort -g | awk 'NR == 1 { printf "%.3f\n", $1 } END { if (NR == 0) print "nan" }'; }
+# slow_runs BEST: how many of the numbers on stdin exceed twice BEST.  On
+# this kind of guest a run whose new pages come from memory the host took
+# back takes 2-10x as long as the others (bench/README.md, "Noise"); the
+# count shows how many such runs a median stood on.
+slow_runs() { awk -v b="$1" 'b != "nan" && $1 > 2 * b { n++ } END { print n + 0 }'; }
+
+# summarize WORKLOAD: MW[k] median wall, MB[k] best wall, NS[k] slow runs,
+# MC[k] median CPU (column 4), MR[k] max RSS in KiB, for every row k.
+# shellcheck disable=SC2034 # MW, MB, NS, MC and MR are for the caller
 summarize() {
     local k
-    MW=() MC=() MR=()
+    MW=() MB=() NS=() MC=() MR=()
     for ((k = 0; k < NROWS; k++)); do
         MW[k]=$(col "$1" "$k" 3 | median)
+        MB[k]=$(col "$1" "$k" 3 | best)
+        NS[k]=$(col "$1" "$k" 3 | slow_runs "${MB[k]}")
         MC[k]=$(col "$1" "$k" 4 | median)
         MR[k]=$(col "$1" "$k" 5 | sort -n | tail -1)
         MR[k]=${MR[k]:-0}

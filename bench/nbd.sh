@@ -205,11 +205,13 @@ report() {
     echo "== $2 (RUNS=$RUNS; ratio = median wall / median wall of the $what) =="
     awk -F'\t' -v w="$wl" '$1 == w { n++; s += $7; if ($7 > m) m = $7 } END {
         if (n) printf "1-minute load average after the runs: mean %.1f, max %.1f\n", s / n, m }' "$RES"
-    printf '%-52s %7s %6s %8s %7s %6s %4s\n' tool wall_s cpu_s cpu+srv rss_MiB ratio fail
+    printf '%-52s %7s %6s %8s %7s %6s %7s %4s %4s\n' tool wall_s cpu_s cpu+srv \
+        rss_MiB ratio best_s slow fail
     for ((k = 0; k < NROWS; k++)); do
         nf=$(awk -F'\t' -v w="$wl" -v r="$k" '$1 == w && $2 == r' "$FAILS" | wc -l)
-        printf '%-52s %7s %6s %8s %7s %6s %4s\n' "${LABEL[k]}" "${MW[k]}" "${MC[k]}" \
-            "${MA[k]}" $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$bestw")" "$nf"
+        printf '%-52s %7s %6s %8s %7s %6s %7s %4s %4s\n' "${LABEL[k]}" "${MW[k]}" \
+            "${MC[k]}" "${MA[k]}" $((MR[k] / 1024)) "$(ratio "${MW[k]}" "$bestw")" \
+            "${MB[k]}" "${NS[k]}" "$nf"
     done
     for ((k = 0; k < NROWS; k++)); do
         [[ -n ${LIMIT[k]} ]] || continue

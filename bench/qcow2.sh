@@ -164,12 +164,13 @@ report() {
     ref=${MW[PEER]}
     echo
     echo "== ${TITLE[$wl]} (RUNS=$RUNS, ratio = median wall / median wall of qemu-img) =="
-    printf '%-36s %9s %9s %8s %8s %7s\n' tool wall_s cpu_s rss_MiB out_MiB ratio
+    printf '%-36s %9s %9s %8s %8s %7s %7s %5s\n' tool wall_s cpu_s rss_MiB \
+        out_MiB ratio best_s slow
     for ((k = 0; k < NROWS; k++)); do
-        printf '%-36s %9s %9s %8s %8s %7s\n' "${LABEL[k]}" "${MW[k]}" \
+        printf '%-36s %9s %9s %8s %8s %7s %7s %5s\n' "${LABEL[k]}" "${MW[k]}" \
             "${MC[k]}" $((MR[k] / 1024)) \
             $(($(col "$wl" "$k" 6 | sort -n | tail -1) / 1024)) \
-            "$(ratio "${MW[k]}" "$ref")"
+            "$(ratio "${MW[k]}" "$ref")" "${MB[k]}" "${NS[k]}"
     done
     for ((k = 0; k < NROWS; k++)); do
         [[ -n ${LIMIT[k]} ]] || continue
