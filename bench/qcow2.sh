@@ -19,6 +19,10 @@
 #       half, with LZ matches and Huffman coding), so every cluster is
 #       really compressed.
 #   Every layout and all data depend only on SEED.
+# On Q1 and Q2 a "copy floor" row runs bench/copy-floor.c (built with cc):
+# img1's data extents into a new raw file, pread + pwrite, a thread per
+# CPU.  Both workloads write those same bytes into a new file, so it shows
+# what the machine allows; no verdict is taken on it.
 # Method: the target of every run is a new file (deleted, untimed, before
 # the run): each tool creates it.  One untimed warm-up round, whose outputs
 # are verified with `qemu-img compare` against the source (and `qemu-img
@@ -73,6 +77,15 @@ cp "$MT_SRC" "$MT"
 BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
 add_row "mirror-tool -W" "$MT convert -W $BUFOPT"
 add_extra_rows "mirror-tool -W" "$MT convert -W $BUFOPT"
+has() { [[ " $WORKLOADS " == *" $1 "* ]]; }
+FLOOR=-1
+if has Q1 || has Q2; then
+    need cc
+    cc -O2 -pthread -o "$SCRATCH/copy-floor" "$ROOT/bench/copy-floor.c" ||
+        die "cannot build bench/copy-floor.c"
+    FLOOR=${#LABEL[@]}
+    add_row "copy floor (bench/copy-floor.c)" "$SCRATCH/copy-floor"
+fi
 add_row "qemu-img" "qemu-img convert -W -m 16"
 NROWS=${#LABEL[@]}
 PEER=$((NROWS - 1))
@@ -97,7 +110,9 @@ textstream() {
 
 # cmd_of WL ROW: the full command prefix (sources and target follow).
 cmd_of() {
-    if [[ ${CMD[$2]} == "$MT "* ]]; then
+    if (($2 == FLOOR)); then
+        echo "${CMD[$2]}"
+    elif [[ ${CMD[$2]} == "$MT "* ]]; then
         echo "${CMD[$2]} ${MTOPT[$1]}"
     else
         echo "${CMD[$2]} ${QOPT[$1]}"
@@ -107,7 +122,7 @@ cmd_of() {
 # verify WL ROW DST: the output reads like the source (and is a clean qcow2).
 verify() {
     local src=${SRC[$1]}
-    if [[ ${MTOPT[$1]} == *qcow2* ]]; then
+    if [[ ${MTOPT[$1]} == *qcow2* ]] && (($2 != FLOOR)); then
         timeout "$TIMEOUT" qemu-img check -q -f qcow2 "$3" ||
             die "${LABEL[$2]}: qemu-img check failed on the $1 output"
     fi
@@ -119,14 +134,20 @@ verify() {
 run_one() {
     local wl=$1 row=$2 timed=$3 dst=$SCRATCH/target t0 t1 e u s m
     local -a argv
+    local src=${SRC[$wl]}
+    if ((row == FLOOR)); then
+        # The same data bytes as Q1 and Q2 write, from the raw image.
+        [[ $wl == Q1 || $wl == Q2 ]] || return 0
+        src=${SRC[Q1]}
+    fi
     read -ra argv <<<"$(cmd_of "$wl" "$row")"
     rm -f "$dst"
     t0=$(date +%s%N)
     if ! timeout "$TIMEOUT" /usr/bin/time -o "$SCRATCH/time" \
-            -f '%e %U %S %M' "${argv[@]}" "${SRC[$wl]}" "$dst" \
+            -f '%e %U %S %M' "${argv[@]}" "$src" "$dst" \
             >"$SCRATCH/out" 2>&1; then
         tail -5 "$SCRATCH/out" >&2
-        die "${LABEL[$row]} failed on $wl: ${argv[*]} ${SRC[$wl]} $dst"
+        die "${LABEL[$row]} failed on $wl: ${argv[*]} $src $dst"
     fi
     t1=$(date +%s%N)
     ((timed)) || verify "$wl" "$row" "$dst"
@@ -167,6 +188,7 @@ report() {
     printf '%-36s %9s %9s %8s %8s %7s %7s %5s\n' tool wall_s cpu_s rss_MiB \
         out_MiB ratio best_s slow
     for ((k = 0; k < NROWS; k++)); do
+        [[ ${MW[k]} != nan ]] || continue       # the floor on Q3, Q4
         printf '%-36s %9s %9s %8s %8s %7s %7s %5s\n' "${LABEL[k]}" "${MW[k]}" \
             "${MC[k]}" $((MR[k] / 1024)) \
             $(($(col "$wl" "$k" 6 | sort -n | tail -1) / 1024)) \
@@ -197,13 +219,11 @@ done
 
 SRC=([Q1]=$SCRATCH/img1.raw [Q2]=$SCRATCH/img1.qcow2 [Q3]=$SCRATCH/imgc.raw
      [Q4]=$SCRATCH/imgt.raw)
-has() { [[ " $WORKLOADS " == *" $1 "* ]]; }
 if has Q1 || has Q2; then
     log "creating img1 ($IMG1_GIB GiB, 30% random data)..."
     make_sparse "${SRC[Q1]}" "$IMG1_GIB" 30
     has Q2 && timeout "$TIMEOUT" qemu-img convert -f raw -O qcow2 \
         "${SRC[Q1]}" "${SRC[Q2]}"
-    has Q1 || rm -f "${SRC[Q1]}"
 fi
 if has Q3; then
     log "creating imgc ($IMGC_GIB GiB, 30% random data)..."
