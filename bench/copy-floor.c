@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,21 @@ static void plan(off_t size)
     }
 }
 
+/* All of [@offset, @offset + @bytes) read (@write false) or written. */
+static void full_io(bool write, char *buf, size_t bytes, off_t offset)
+{
+    for (size_t done = 0; done < bytes;) {
+        ssize_t n = write ? pwrite(dst_fd, buf + done, bytes - done,
+                                   offset + done)
+                          : pread(src_fd, buf + done, bytes - done,
+                                  offset + done);
+        if (n <= 0) {
+            die(write ? "pwrite" : "pread");
+        }
+        done += n;
+    }
+}
+
 static void *worker(void *arg)
 {
     char *buf;
@@ -95,24 +111,8 @@ static void *worker(void *arg)
         die("posix_memalign");
     }
     while ((i = atomic_fetch_add(&next_piece, 1)) < nb_pieces) {
-        const Piece *p = &pieces[i];
-
-        for (size_t done = 0; done < p->bytes;) {
-            ssize_t n = pread(src_fd, buf + done, p->bytes - done,
-                              p->offset + done);
-            if (n <= 0) {
-                die("pread");
-            }
-            done += n;
-        }
-        for (size_t done = 0; done < p->bytes;) {
-            ssize_t n = pwrite(dst_fd, buf + done, p->bytes - done,
-                               p->offset + done);
-            if (n <= 0) {
-                die("pwrite");
-            }
-            done += n;
-        }
+        full_io(false, buf, pieces[i].bytes, pieces[i].offset);
+        full_io(true, buf, pieces[i].bytes, pieces[i].offset);
     }
     free(buf);
     return NULL;
