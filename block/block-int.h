@@ -188,6 +188,24 @@ struct BlockDriver {
     void (*unmap)(BlockDriverState *bs, BdrvMapping *map);
 
     /*
+     * Optional (all three or none).  Fused copies (bdrv_aio_copy()):
+     * can_copy() says whether the node's reads and writes are CPU work on
+     * a pool worker (buffered files: page-cache copies), so that one pool
+     * job may read a range from one such node and write it to another.
+     * pread_blocking() and pwrite_blocking() are what the driver's own
+     * read and write jobs run: they block, run on a pool worker, and
+     * return 0 or -errno.  io.c guarantees what it does for aio_preadv()
+     * and aio_pwritev() (alignment, range, max_transfer, memory alignment)
+     * and tracks both requests; no flags but BDRV_REQ_FUA.
+     */
+    bool (*can_copy)(BlockDriverState *bs);
+    int (*pread_blocking)(BlockDriverState *bs, int64_t offset,
+                          int64_t bytes, void *buf);
+    int (*pwrite_blocking)(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, const void *buf,
+                           BdrvRequestFlags flags);
+
+    /*
      * Optional.  Abort requests in flight as fast as possible; each still
      * completes (with -ECANCELED or its result), later, exactly once.
      * Never blocks.  Afterwards the node may fail every new request

@@ -292,6 +292,53 @@ void bdrv_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
 void bdrv_unmap(BlockDriverState *bs, BdrvMapping *map);
 
 /*
+ * Fused copies (block/io-copy.c): one pool job reads a range of @src and
+ * writes it to the same range of @dst, where both nodes' I/O is CPU work
+ * on a pool worker (buffered files).  Saves the handoffs of a read job, a
+ * trip through the main loop and a write job.
+ */
+
+/* Can @src and @dst do fused copies at all? */
+bool bdrv_can_copy(BlockDriverState *src, BlockDriverState *dst);
+
+/*
+ * Can [@offset, @offset + @bytes) go in one fused job with @buf: aligned
+ * for both nodes (the range and the memory), inside both images, and no
+ * larger than either node takes in one request?
+ */
+bool bdrv_copy_fits(BlockDriverState *src, BlockDriverState *dst,
+                    int64_t offset, int64_t bytes, const void *buf);
+
+/*
+ * Run on the pool worker between the read and the write, with the bytes
+ * read: false means "do not write them", and the caller looks at them on
+ * the main loop.  It may only read @buf and state that does not change
+ * while the copy is in flight.
+ */
+typedef bool BdrvCopyCheck(void *opaque, const uint8_t *buf, int64_t bytes);
+
+/* What a fused copy did, filled in before its completion runs. */
+typedef struct BdrvCopyResult {
+    int read_ret;               /* 0 or -errno */
+    int write_ret;              /* 0 or -errno; 0 if it did not run */
+    bool written;               /* the write ran and succeeded */
+} BdrvCopyResult;
+
+/*
+ * Read [@offset, @offset + @bytes) of @src into @buf, then, unless
+ * @check(@opaque, ...) says no, write @buf to the same range of @dst.
+ * Requires bdrv_can_copy() and bdrv_copy_fits().  @cb gets 0, or the
+ * read's error, or the write's; @res says which.  Tracked as a read on
+ * @src and a write on @dst, counted in flight on both: it waits behind
+ * overlapping read-modify-writes like any request, and @dst's write
+ * notifiers run (also when @check said no, which errs on the safe side).
+ */
+void bdrv_aio_copy(BlockDriverState *src, BlockDriverState *dst,
+                   int64_t offset, int64_t bytes, void *buf,
+                   BdrvCopyCheck *check, BdrvCopyResult *res,
+                   BlockCompletionFunc *cb, void *opaque);
+
+/*
  * Abort the requests in flight on @bs as fast as the driver can (NBD: within
  * well under a second); each still completes, with -ECANCELED or its
  * result.  A no-op for drivers that cannot abort.  The node may be unusable

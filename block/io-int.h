@@ -51,7 +51,14 @@ struct BdrvRequest {
     guint first_extent;      /* STATUS: index of the first new extent */
 
     BdrvMapping *map;        /* READ as a view (bdrv_aio_map), or NULL */
+    struct BdrvCopyJob *copy; /* one side of a bdrv_aio_copy(), or NULL */
 };
+
+/* Largest read or write fragment for @bs. */
+int64_t bdrv_max_rw(BlockDriverState *bs);
+
+/* Run @req, one side of a fused copy, once it is tracked (io-copy.c). */
+void bdrv_copy_run(BdrvRequest *req);
 
 /* Largest write-zeroes / discard fragment for @bs. */
 int64_t bdrv_max_zero(BlockDriverState *bs);

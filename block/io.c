@@ -18,7 +18,7 @@
 
 #include <errno.h>
 
-static int64_t bdrv_max_rw(BlockDriverState *bs)
+int64_t bdrv_max_rw(BlockDriverState *bs)
 {
     int64_t align = bs->bl.request_alignment;
     int64_t max = bs->bl.max_transfer ? bs->bl.max_transfer
@@ -373,6 +373,10 @@ static void bdrv_req_step(BdrvRequest *req)
 
 static void bdrv_req_run(BdrvRequest *req)
 {
+    if (req->copy) {
+        bdrv_copy_run(req);
+        return;
+    }
     if (req->map) {
         req->bs->drv->aio_map(req->bs, req->offset, req->bytes, req->map,
                               bdrv_req_finish_cb, req);

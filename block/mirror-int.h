@@ -41,6 +41,7 @@ typedef struct MirrorOp {
     const uint8_t *buf;         /* COPY: the data, in one of these: */
     uint8_t *pool_buf;          /*   a pool buffer, */
     BdrvMapping map;            /*   a view of the source */
+    BdrvCopyResult copy;        /* a fused copy's outcome */
     bool target_was_zero;       /* the target read as zero here */
     bool write_ready;           /* in order: read done, waiting its turn */
     bool in_order_queue;
@@ -98,6 +99,7 @@ struct MirrorJob {
     int64_t buf_elem_size;
     size_t buf_align;
     bool map_src;               /* large COPYs read views of the source */
+    bool fuse;                  /* COPYs are fused copies (bdrv_aio_copy) */
     int nb_views;               /* slots taken by operations without one */
 
     /* source block status window */

@@ -285,6 +285,43 @@ static void mirror_read_cb(void *opaque, int ret)
     mirror_write_when_ready(op);
 }
 
+/*
+ * On the pool worker, between the read and the write of a fused copy:
+ * write the buffer there only when it is all data; zero blocks take the
+ * main-loop way (mirror_write_next), which skips or zeroes them.
+ */
+static bool mirror_copy_check(void *opaque, const uint8_t *buf,
+                              int64_t bytes)
+{
+    MirrorOp *op = opaque;
+    bool zero;
+
+    return !op->s->sparse_size ||
+           (mirror_sparse_run(op, op->offset, op->offset + bytes, &zero) ==
+            bytes && !zero);
+}
+
+static void mirror_copy_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+
+    if (op->copy.read_ret < 0) {
+        mirror_read_cb(op, op->copy.read_ret);
+        return;
+    }
+    if (!op->copy.written && op->copy.write_ret == 0) {
+        mirror_write_when_ready(op);    /* read only: zero blocks in it */
+        return;
+    }
+    /* Written (or failed) whole: what mirror_write_next() would do. */
+    op->s->writes_since_flush++;
+    op->piece_offset = op->offset;
+    op->piece_bytes = op->bytes;
+    op->piece_method = MIRROR_METHOD_COPY;
+    op->write_pos = op->offset + op->bytes;
+    mirror_write_cb(op, ret);
+}
+
 /* A view of the source is ready; without one, read into a buffer. */
 static void mirror_map_cb(void *opaque, int ret)
 {
@@ -331,7 +368,11 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
                                   (uint64_t)bytes;
             hbitmap_reset(s->zero_bitmap, offset, bytes);
         }
-        if (buf) {
+        if (buf && s->fuse &&
+            bdrv_copy_fits(s->src, s->dst, offset, bytes, buf)) {
+            bdrv_aio_copy(s->src, s->dst, offset, bytes, buf,
+                          mirror_copy_check, &op->copy, mirror_copy_cb, op);
+        } else if (buf) {
             bdrv_aio_pread(s->src, offset, bytes, buf, 0, mirror_read_cb, op);
         } else {
             bdrv_aio_map(s->src, offset, bytes, &op->map, mirror_map_cb, op);

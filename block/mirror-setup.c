@@ -180,7 +180,14 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->buf_align = MAX(MAX(bdrv_get_mem_alignment(src),
                            bdrv_get_mem_alignment(dst)), 4096);
     s->free_bufs = g_ptr_array_new_with_free_func(qemu_vfree);
-    s->map_src = bdrv_can_map(src);
+    /*
+     * Between two in-memory files a COPY is one pool job that reads and
+     * writes (bdrv_aio_copy); views stay for the other cases, where they
+     * save a copy (an NBD target sends from the view).  Not in order, nor
+     * compressed: those writes wait for the main loop.
+     */
+    s->fuse = !s->in_order && !s->compress && bdrv_can_copy(src, dst);
+    s->map_src = !s->fuse && bdrv_can_map(src);
     g_queue_init(&s->ops);
     g_queue_init(&s->order);
     g_queue_init(&s->active_waiting);

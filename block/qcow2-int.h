@@ -281,6 +281,7 @@ struct BDRVQcow2State {
     char *filename;
     int fd;
     bool writable;
+    bool in_memory;             /* the file is on tmpfs: fused copies */
     int depth;                  /* 0: the top image; n: n-th backing */
     Qcow2Header header;
 

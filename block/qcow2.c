@@ -102,6 +102,7 @@ static bool qcow2_open_file(BDRVQcow2State *s, GHashTable *chain,
                     "a qcow2 image must be a regular file");
         return false;
     }
+    s->in_memory = fd_in_memory(s->fd, "QEMU_MIRROR_COPY");
     key = g_strdup_printf("%ju:%ju", (uintmax_t)st.st_dev,
                           (uintmax_t)st.st_ino);
     if (g_hash_table_contains(chain, key)) {
@@ -461,6 +462,26 @@ static void qcow2_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
                        r);
 }
 
+/* ---- Fused copies (block/io-copy.c): the same jobs, run in place ---- */
+
+static bool qcow2_can_copy(BlockDriverState *bs)
+{
+    return qcow2_state(bs)->in_memory;
+}
+
+static int qcow2_pread_blocking(BlockDriverState *bs, int64_t offset,
+                                int64_t bytes, void *buf)
+{
+    return qcow2_do_read(qcow2_state(bs), offset, bytes, buf);
+}
+
+static int qcow2_pwrite_blocking(BlockDriverState *bs, int64_t offset,
+                                 int64_t bytes, const void *buf,
+                                 BdrvRequestFlags flags)
+{
+    return qcow2_do_write(qcow2_state(bs), offset, bytes, buf, flags);
+}
+
 static const char *const qcow2_create_opts[] = {
     "cluster_size", "preallocation", "backing_file", "backing_fmt", NULL,
 };
@@ -478,6 +499,9 @@ const BlockDriver bdrv_qcow2 = {
     .refresh_limits     = qcow2_refresh_limits,
     .get_info           = qcow2_get_info,
     .aio_submit         = qcow2_submit,
+    .can_copy           = qcow2_can_copy,
+    .pread_blocking     = qcow2_pread_blocking,
+    .pwrite_blocking    = qcow2_pwrite_blocking,
 };
 
 /* ---- Public helpers (block/qcow2.h) ---- */

@@ -420,6 +420,37 @@ static int raw_worker(void *arg)
     g_assert_not_reached();
 }
 
+/* ---- Fused copies (block/io-copy.c): the same jobs, run in place ---- */
+
+bool raw_can_copy(BlockDriverState *bs)
+{
+    BDRVRawState *s = bs->opaque;
+
+    return s->can_copy;
+}
+
+int raw_pread_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf)
+{
+    RawRequest req = {
+        .s = bs->opaque, .op = RAW_OP_READ, .offset = offset,
+        .bytes = bytes, .buf = buf,
+    };
+
+    return raw_worker(&req);
+}
+
+int raw_pwrite_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags)
+{
+    RawRequest req = {
+        .s = bs->opaque, .op = RAW_OP_WRITE, .offset = offset,
+        .bytes = bytes, .buf = (void *)buf, .flags = flags,
+    };
+
+    return raw_worker(&req);
+}
+
 /* ---- Main-loop side ---- */
 
 static void raw_complete(void *opaque, int ret)

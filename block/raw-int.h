@@ -51,6 +51,7 @@ typedef struct BDRVRawState {
     bool serialise_writes;      /* buffered regular file: one writer */
     GMutex write_lock;          /* held by that writer */
     bool can_map;               /* views (raw-map.c) are safe and cheap */
+    bool can_copy;              /* fused copies (bdrv_aio_copy) apply */
 } BDRVRawState;
 
 /* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying
@@ -77,8 +78,6 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
                           int64_t bytes, GArray *extents,
                           BlockCompletionFunc *cb, void *opaque);
 
-/* raw-map.c: may a file opened as @fd be mapped (see bdrv_can_map)? */
-bool raw_map_supported(int fd, bool is_block, bool nocache);
 
 /*
  * raw-map.c, on a pool worker (raw-aio.c's RAW_OP_MAP): map [@offset,
@@ -91,6 +90,13 @@ int raw_do_map(BDRVRawState *s, int64_t offset, int64_t bytes,
 
 /* BlockDriver can_map / unmap (raw-map.c) and aio_map (raw-aio.c). */
 bool raw_can_map(BlockDriverState *bs);
+
+/* BlockDriver can_copy, pread_blocking, pwrite_blocking (raw-aio.c). */
+bool raw_can_copy(BlockDriverState *bs);
+int raw_pread_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf);
+int raw_pwrite_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags);
 void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
                  BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
 void raw_unmap(BlockDriverState *bs, BdrvMapping *map);

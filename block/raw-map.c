@@ -20,23 +20,10 @@
 #include "block/raw-int.h"
 
 #include <errno.h>
-#include <linux/magic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
-
-bool raw_map_supported(int fd, bool is_block, bool nocache)
-{
-    const char *env = g_getenv("QEMU_MIRROR_MAP");
-    struct statfs sfs;
-
-    if (is_block || nocache || (env && !strcmp(env, "off"))) {
-        return false;
-    }
-    return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
-}
 
 bool raw_can_map(BlockDriverState *bs)
 {

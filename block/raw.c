@@ -256,7 +256,10 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
         s->request_alignment = align;
     }
     s->serialise_writes = !s->is_block && !nocache;
-    s->can_map = raw_map_supported(s->fd, s->is_block, nocache);
+    /* In memory: views and fused copies (QEMU_MIRROR_MAP=off and
+     * QEMU_MIRROR_COPY=off turn them off, to measure without). */
+    s->can_map = fd_in_memory(s->fd, "QEMU_MIRROR_MAP");
+    s->can_copy = fd_in_memory(s->fd, "QEMU_MIRROR_COPY");
     return true;
 
 out_close:
@@ -448,4 +451,7 @@ const BlockDriver bdrv_raw = {
     .can_map            = raw_can_map,
     .aio_map            = raw_aio_map,
     .unmap              = raw_unmap,
+    .can_copy           = raw_can_copy,
+    .pread_blocking     = raw_pread_blocking,
+    .pwrite_blocking    = raw_pwrite_blocking,
 };

@@ -31,12 +31,16 @@ struct ThreadPool {
     GAsyncQueue *done;
     int efd;
     GSource *source;
+    GAsyncQueue *cpu_jobs;      /* thread_pool_submit_cpu(), not yet run */
+    int cpu_runners;            /* atomic: workers running them */
+    int cpu_max;                /* at most that many runners */
 };
 
-static void thread_pool_worker(gpointer data, gpointer user_data)
+/* Pushed to the workers in place of a request: run CPU-bound jobs. */
+static char cpu_runner_token;
+
+static void thread_pool_run(ThreadPool *pool, ThreadPoolRequest *req)
 {
-    ThreadPoolRequest *req = data;
-    ThreadPool *pool = user_data;
     uint64_t one = 1;
     ssize_t r;
 
@@ -45,6 +49,49 @@ static void thread_pool_worker(gpointer data, gpointer user_data)
     do {
         r = write(pool->efd, &one, sizeof(one));
     } while (r < 0 && errno == EINTR);
+}
+
+/* Become a CPU runner, unless there are cpu_max of them already. */
+static bool thread_pool_cpu_claim(ThreadPool *pool)
+{
+    int n = g_atomic_int_get(&pool->cpu_runners);
+
+    while (n < g_atomic_int_get(&pool->cpu_max)) {
+        if (g_atomic_int_compare_and_exchange(&pool->cpu_runners, n, n + 1)) {
+            return true;
+        }
+        n = g_atomic_int_get(&pool->cpu_runners);
+    }
+    return false;
+}
+
+/*
+ * A CPU runner runs queued CPU-bound jobs back to back, so that the next
+ * one starts on a warm thread without a wakeup.  Leaving, it looks once
+ * more: a job queued while it still counted found every runner taken.
+ */
+static void thread_pool_cpu_runner(ThreadPool *pool)
+{
+    do {
+        ThreadPoolRequest *req;
+
+        while ((req = g_async_queue_try_pop(pool->cpu_jobs))) {
+            thread_pool_run(pool, req);
+        }
+        g_atomic_int_add(&pool->cpu_runners, -1);
+    } while (g_async_queue_length(pool->cpu_jobs) > 0 &&
+             thread_pool_cpu_claim(pool));
+}
+
+static void thread_pool_worker(gpointer data, gpointer user_data)
+{
+    ThreadPool *pool = user_data;
+
+    if (data == &cpu_runner_token) {
+        thread_pool_cpu_runner(pool);
+    } else {
+        thread_pool_run(pool, data);
+    }
 }
 
 static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
@@ -86,6 +133,8 @@ static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
     if (pool->efd < 0) {
         g_error("eventfd: %s", g_strerror(errno));
     }
+    pool->cpu_jobs = g_async_queue_new();
+    pool->cpu_max = CLAMP((int)g_get_num_processors(), 1, max_threads);
     pool->workers = g_thread_pool_new(thread_pool_worker, pool, max_threads,
                                       FALSE, &err);
     if (!pool->workers) {
@@ -138,8 +187,25 @@ void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
     g_thread_pool_push(pool->workers, req, NULL);
 }
 
+void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
+                            void *arg, BlockCompletionFunc *cb,
+                            void *opaque)
+{
+    ThreadPoolRequest *req = g_new(ThreadPoolRequest, 1);
+
+    *req = (ThreadPoolRequest) {
+        .pool = pool, .func = func, .arg = arg, .cb = cb, .opaque = opaque,
+    };
+    g_async_queue_push(pool->cpu_jobs, req);
+    if (thread_pool_cpu_claim(pool)) {
+        g_thread_pool_push(pool->workers, &cpu_runner_token, NULL);
+    }
+}
+
 void thread_pool_set_max_threads(ThreadPool *pool, int max_threads)
 {
-    g_thread_pool_set_max_threads(pool->workers,
-                                  CLAMP(max_threads, 1, 256), NULL);
+    max_threads = CLAMP(max_threads, 1, 256);
+    g_thread_pool_set_max_threads(pool->workers, max_threads, NULL);
+    g_atomic_int_set(&pool->cpu_max,
+                     CLAMP((int)g_get_num_processors(), 1, max_threads));
 }

@@ -37,6 +37,17 @@ ThreadPool *thread_pool_get(void);
 void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
                         BlockCompletionFunc *cb, void *opaque);
 
+/*
+ * thread_pool_submit() for work that keeps a CPU busy (copies between
+ * page-cache files, compression): at most one such job per CPU runs at a
+ * time, the others wait in submission order, and a worker that finishes
+ * one goes on with the next.  More of them at once would only fight for
+ * the CPUs, and for the locks of the files they write.
+ */
+void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
+                            void *arg, BlockCompletionFunc *cb,
+                            void *opaque);
+
 /* Change the number of worker threads (1..256). */
 void thread_pool_set_max_threads(ThreadPool *pool, int max_threads);
 

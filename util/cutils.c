@@ -8,10 +8,14 @@
 #include "util/cutils.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 
 G_DEFINE_QUARK(cutils-error-quark, cutils_error)
 
@@ -325,4 +329,18 @@ int64_t clock_ns(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool fd_in_memory(int fd, const char *env_off)
+{
+    const char *env = env_off ? g_getenv(env_off) : NULL;
+    struct statfs sfs;
+    struct stat st;
+    int fl = fcntl(fd, F_GETFL);
+
+    if ((env && !strcmp(env, "off")) || fl < 0 || (fl & O_DIRECT) ||
+        fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        return false;
+    }
+    return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
 }
