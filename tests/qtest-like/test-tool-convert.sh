@@ -147,6 +147,41 @@ else
     fi
 fi
 
+# --- both ends on tmpfs: fused copies (block/io-copy.c) --------------------
+# One pool job reads and writes each operation; one with zero blocks goes
+# the ordinary way (they stay holes).  QEMU_MIRROR_COPY=off must give the
+# same files.
+if [ -n "$shm" ]; then
+    make_sparse_image "$shm/f.img" $((6 * MiB + 4097)) 0:2M 3M-1:1M+2 \
+        $((6 * MiB)):4097
+    _lib_dd_range /dev/zero "$shm/f.img" 512K 64K      # zeroes inside data
+    for opts in "" -W "-W --chunk-size 64K" "-W -S 0" "-W -m 1"; do
+        # shellcheck disable=SC2086
+        convert_same "$shm/f.img" "$shm/f-out.img" $opts
+        # shellcheck disable=SC2086
+        QEMU_MIRROR_COPY=off convert_same "$shm/f.img" "$shm/f-off.img" $opts
+        [ "$(allocated_bytes "$shm/f-out.img")" = \
+          "$(allocated_bytes "$shm/f-off.img")" ] ||
+            fail "convert $opts: fused copies allocate differently"
+    done
+    [ "$(allocated_bytes "$shm/f-out.img")" -lt $((3 * MiB)) ] ||
+        fail "fused copies: the zero block inside the data was written"
+    rm -f "$shm/f.qcow2" "$shm/f-back.img"
+    expect_ok "$T" convert -W -O qcow2 "$shm/f.img" "$shm/f.qcow2"
+    expect_ok timeout 60 qemu-img check -q "$shm/f.qcow2"
+    expect_ok timeout 60 qemu-img compare -q "$shm/f.img" "$shm/f.qcow2"
+    expect_ok "$T" convert -W -f qcow2 "$shm/f.qcow2" "$shm/f-back.img"
+    # qcow2 rounds the size up to 512 bytes: the tail reads as zeroes.
+    cmp -n "$(file_size "$shm/f.img")" "$shm/f.img" "$shm/f-back.img" ||
+        fail "qcow2 -> raw on tmpfs: not the source's bytes"
+    expect_ok timeout 60 qemu-img compare -q "$shm/f.img" "$shm/f-back.img"
+    truncate -s 0 "$shm/f-mirror.img"
+    truncate -s "$(file_size "$shm/f.img")" "$shm/f-mirror.img"
+    expect_ok "$T" start "$shm/f.img" "$shm/f-mirror.img"
+    assert_same "$shm/f.img" "$shm/f-mirror.img" "start on tmpfs"
+    ok "tmpfs to tmpfs (fused copies): convert raw/qcow2 both ways, start"
+fi
+
 for opts in "" -W "-S 0" "-W --chunk-size 64K"; do
     make_random_image g.img 10M
     expect_ok "$T" convert -n $opts s1.img g.img
