@@ -47,6 +47,29 @@ static char *make_img(Fixture *f, const char *name, uint32_t seed)
     return path;
 }
 
+/* A source file "a" (pattern @seed) and an empty target file "b". */
+typedef struct Pair {
+    char *a, *b;
+    BlockDriverState *src, *dst;
+} Pair;
+
+static void pair_open(Pair *p, Fixture *f, uint32_t seed, int src_flags,
+                      GHashTable *src_opts, int dst_flags)
+{
+    p->a = make_img(f, "a", seed);
+    p->b = make_img(f, "b", 0);
+    p->src = open_raw(p->a, src_flags, src_opts);
+    p->dst = open_raw(p->b, dst_flags, NULL);
+}
+
+static void pair_close(Pair *p)
+{
+    bdrv_unref(p->dst);
+    bdrv_unref(p->src);
+    g_free(p->a);
+    g_free(p->b);
+}
+
 typedef struct CopyCall {
     Completion c;
     BdrvCopyResult res;
@@ -169,18 +192,17 @@ static void test_can_copy_not_tmpfs(Fixture *f, gconstpointer data)
 
 static void test_fits(Fixture *f, gconstpointer data)
 {
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = NULL;
     BlockDriverState *src, *dst;
 
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 1);
-    b = make_img(f, "b", 0);
     buf = qemu_memalign(4096, IMG_SIZE + 4096);
-    src = open_raw(a, 0, options_new("align", "4096"));
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
+    pair_open(&p, f, 1, 0, options_new("align", "4096"), BDRV_O_RDWR);
+    src = p.src;
+    dst = p.dst;
 
     g_assert_true(bdrv_copy_fits(src, dst, 0, 4096, buf));
     g_assert_true(bdrv_copy_fits(src, dst, 1 * MIB, 1 * MIB, buf));
@@ -195,8 +217,7 @@ static void test_fits(Fixture *f, gconstpointer data)
     g_assert_true(bdrv_copy_fits(src, dst, 0, 4096, buf + 1));
     g_assert_false(bdrv_copy_fits(src, dst, 0,
                                   bdrv_max_rw(src) + 4096, buf));
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    pair_close(&p);
 }
 
 /* ---- The bytes ---- */
@@ -207,17 +228,16 @@ static void test_copy_data(Fixture *f, gconstpointer data)
         { 0, 4096 }, { 4096, 64 * KIB }, { 1, 1 }, { 12345, 100000 },
         { 1 * MIB, 1 * MIB }, { 3 * MIB, 1000 }, { IMG_SIZE - 1, 1 },
     };
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = g_malloc(IMG_SIZE);
     BlockDriverState *src, *dst;
 
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 7);
-    b = make_img(f, "b", 0);
-    src = open_raw(a, 0, NULL);
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
+    pair_open(&p, f, 7, 0, NULL, BDRV_O_RDWR);
+    src = p.src;
+    dst = p.dst;
 
     for (size_t i = 0; i < G_N_ELEMENTS(ranges); i++) {
         int64_t off = ranges[i].offset, bytes = ranges[i].bytes;
@@ -230,17 +250,16 @@ static void test_copy_data(Fixture *f, gconstpointer data)
         g_assert_true(call.res.written);
         g_assert_cmpint(call.checks, ==, 1);
         g_assert_cmpint(call.checked_bytes, ==, bytes);
-        assert_file_range(b, off, bytes, 7);
+        assert_file_range(p.b, off, bytes, 7);
     }
     /* Nothing outside the ranges was touched. */
-    assert_file_range(b, 2 * MIB, 1 * MIB, 0);
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    assert_file_range(p.b, 2 * MIB, 1 * MIB, 0);
+    pair_close(&p);
 }
 
 static void test_copy_check_no(Fixture *f, gconstpointer data)
 {
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = g_malloc(1 * MIB);
     g_autofree uint8_t *want = g_malloc(1 * MIB);
     BlockDriverState *src, *dst;
@@ -249,10 +268,9 @@ static void test_copy_check_no(Fixture *f, gconstpointer data)
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 9);
-    b = make_img(f, "b", 0);
-    src = open_raw(a, 0, NULL);
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
+    pair_open(&p, f, 9, 0, NULL, BDRV_O_RDWR);
+    src = p.src;
+    dst = p.dst;
 
     g_assert_cmpint(copy_range(src, dst, 1 * MIB, 1 * MIB, buf, &call), ==,
                     0);
@@ -263,16 +281,26 @@ static void test_copy_check_no(Fixture *f, gconstpointer data)
     test_fill_pattern(want, 1 * MIB, 1 * MIB, 9);
     g_assert_cmpint(call.first, ==, want[0]);
     g_assert_true(memcmp(buf, want, 1 * MIB) == 0);
-    assert_file_range(b, 0, IMG_SIZE, 0);
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    assert_file_range(p.b, 0, IMG_SIZE, 0);
+    pair_close(&p);
 }
 
 /* ---- Errors say which side ---- */
 
+/* The read went through, the write failed with @err, the target is as it
+ * was; then close the pair. */
+static void assert_write_failed(Pair *p, CopyCall *call, int err)
+{
+    g_assert_cmpint(call->res.read_ret, ==, 0);
+    g_assert_cmpint(call->res.write_ret, ==, err);
+    g_assert_false(call->res.written);
+    assert_file_range(p->b, 0, IMG_SIZE, 0);
+    pair_close(p);
+}
+
 static void test_copy_write_error(Fixture *f, gconstpointer data)
 {
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = g_malloc(1 * MIB);
     BlockDriverState *src, *dst;
     CopyCall call = { .answer = true };
@@ -282,10 +310,9 @@ static void test_copy_write_error(Fixture *f, gconstpointer data)
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 3);
-    b = make_img(f, "b", 0);
-    src = open_raw(a, 0, NULL);
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
+    pair_open(&p, f, 3, 0, NULL, BDRV_O_RDWR);
+    src = p.src;
+    dst = p.dst;
 
     /* Writes past 1 MiB fail with EFBIG (and no SIGXFSZ). */
     old_handler = signal(SIGXFSZ, SIG_IGN);
@@ -297,17 +324,12 @@ static void test_copy_write_error(Fixture *f, gconstpointer data)
     g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &old), ==, 0);
     signal(SIGXFSZ, old_handler);
 
-    g_assert_cmpint(call.res.read_ret, ==, 0);
-    g_assert_cmpint(call.res.write_ret, ==, -EFBIG);
-    g_assert_false(call.res.written);
-    assert_file_range(b, 0, IMG_SIZE, 0);
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    assert_write_failed(&p, &call, -EFBIG);
 }
 
 static void test_copy_read_only_target(Fixture *f, gconstpointer data)
 {
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = g_malloc(64 * KIB);
     BlockDriverState *src, *dst;
     CopyCall call = { .answer = true };
@@ -315,18 +337,13 @@ static void test_copy_read_only_target(Fixture *f, gconstpointer data)
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 3);
-    b = make_img(f, "b", 0);
-    src = open_raw(a, 0, NULL);
-    dst = open_raw(b, 0, NULL);
+    pair_open(&p, f, 3, 0, NULL, 0);
+    src = p.src;
+    dst = p.dst;
     g_assert_cmpint(copy_range(src, dst, 0, 64 * KIB, buf, &call), ==,
                     -EPERM);
-    g_assert_cmpint(call.res.read_ret, ==, 0);
-    g_assert_cmpint(call.res.write_ret, ==, -EPERM);
     g_assert_cmpint(call.checks, ==, 0);
-    assert_file_range(b, 0, IMG_SIZE, 0);
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    assert_write_failed(&p, &call, -EPERM);
 }
 
 /* ---- Tracking ---- */
@@ -338,7 +355,7 @@ static void test_copy_read_only_target(Fixture *f, gconstpointer data)
  */
 static void test_copy_waits_for_rmw(Fixture *f, gconstpointer data)
 {
-    g_autofree char *a = NULL, *b = NULL;
+    Pair p;
     g_autofree uint8_t *buf = qemu_memalign(4096, 64 * KIB);
     g_autofree uint8_t *news = g_malloc(100);
     BlockDriverState *src, *dst;
@@ -348,10 +365,9 @@ static void test_copy_waits_for_rmw(Fixture *f, gconstpointer data)
     if (fixture_missing(f)) {
         return;
     }
-    a = make_img(f, "a", 5);
-    b = make_img(f, "b", 0);
-    src = open_raw(a, BDRV_O_RDWR, options_new("align", "4096"));
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
+    pair_open(&p, f, 5, BDRV_O_RDWR, options_new("align", "4096"), BDRV_O_RDWR);
+    src = p.src;
+    dst = p.dst;
     memset(news, 0xee, 100);
 
     bdrv_aio_pwrite(src, 4196, 100, news, 0, completion_cb, &w);
@@ -362,10 +378,9 @@ static void test_copy_waits_for_rmw(Fixture *f, gconstpointer data)
     g_assert_cmpint(w.ret, ==, 0);
     g_assert_cmpint(buf[4196], ==, 0xee);
     g_assert_cmpint(buf[4295], ==, 0xee);
-    assert_file_range(b, 0, 4196, 5);
-    assert_file_range(b, 4296, 64 * KIB - 4296, 5);
-    bdrv_unref(dst);
-    bdrv_unref(src);
+    assert_file_range(p.b, 0, 4196, 5);
+    assert_file_range(p.b, 4296, 64 * KIB - 4296, 5);
+    pair_close(&p);
 }
 
 /* ---- CPU-bound jobs: at most one per CPU at once ---- */
