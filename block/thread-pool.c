@@ -176,27 +176,34 @@ ThreadPool *thread_pool_get(void)
     return pool;
 }
 
-void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
-                        BlockCompletionFunc *cb, void *opaque)
+static ThreadPoolRequest *thread_pool_req_new(ThreadPool *pool,
+                                              ThreadPoolFunc *func,
+                                              void *arg,
+                                              BlockCompletionFunc *cb,
+                                              void *opaque)
 {
     ThreadPoolRequest *req = g_new(ThreadPoolRequest, 1);
 
     *req = (ThreadPoolRequest) {
         .pool = pool, .func = func, .arg = arg, .cb = cb, .opaque = opaque,
     };
-    g_thread_pool_push(pool->workers, req, NULL);
+    return req;
+}
+
+void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
+                        BlockCompletionFunc *cb, void *opaque)
+{
+    g_thread_pool_push(pool->workers,
+                       thread_pool_req_new(pool, func, arg, cb, opaque),
+                       NULL);
 }
 
 void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
                             void *arg, BlockCompletionFunc *cb,
                             void *opaque)
 {
-    ThreadPoolRequest *req = g_new(ThreadPoolRequest, 1);
-
-    *req = (ThreadPoolRequest) {
-        .pool = pool, .func = func, .arg = arg, .cb = cb, .opaque = opaque,
-    };
-    g_async_queue_push(pool->cpu_jobs, req);
+    g_async_queue_push(pool->cpu_jobs,
+                       thread_pool_req_new(pool, func, arg, cb, opaque));
     if (thread_pool_cpu_claim(pool)) {
         g_thread_pool_push(pool->workers, &cpu_runner_token, NULL);
     }
