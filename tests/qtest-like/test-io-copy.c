@@ -5,8 +5,9 @@
  * have them; a check that says no leaves the target alone; a write that
  * fails (the file size limit) and one refused (a read-only target) report
  * the right side; a copy waits behind a read-modify-write of its source;
- * no more CPU-bound jobs run at once than there are CPUs.  The mirror job
- * on top is covered by test-tool-convert.sh (tmpfs to tmpfs).
+ * no more CPU-bound jobs run at once than there are CPUs; the mirror job
+ * on top reports a failed fused write as a write error.  Its copies are
+ * covered by test-tool-convert.sh (tmpfs to tmpfs).
  *
  * Files live under /dev/shm (the tests skip without it), or in a
  * g_dir_make_tmp() directory for the "not tmpfs" case.
@@ -24,6 +25,7 @@
 
 #include "block/block-int.h"
 #include "block/io-int.h"
+#include "block/mirror.h"
 #include "block/thread-pool.h"
 #include "tests/qtest-like/raw-fixture.h"
 #include "tests/qtest-like/test-util.h"
@@ -287,6 +289,29 @@ static void test_copy_check_no(Fixture *f, gconstpointer data)
 
 /* ---- Errors say which side ---- */
 
+/* Writes at or past @limit fail with EFBIG (and raise no SIGXFSZ) until
+ * file_limit_end(). */
+typedef struct FileLimit {
+    struct rlimit old;
+    void (*old_handler)(int);
+} FileLimit;
+
+static void file_limit_begin(FileLimit *fl, rlim_t limit)
+{
+    struct rlimit lim;
+
+    fl->old_handler = signal(SIGXFSZ, SIG_IGN);
+    g_assert_cmpint(getrlimit(RLIMIT_FSIZE, &fl->old), ==, 0);
+    lim = (struct rlimit) { .rlim_cur = limit, .rlim_max = fl->old.rlim_max };
+    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+}
+
+static void file_limit_end(FileLimit *fl)
+{
+    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &fl->old), ==, 0);
+    signal(SIGXFSZ, fl->old_handler);
+}
+
 /* The read went through, the write failed with @err, the target is as it
  * was; then close the pair. */
 static void assert_write_failed(Pair *p, CopyCall *call, int err)
@@ -304,8 +329,7 @@ static void test_copy_write_error(Fixture *f, gconstpointer data)
     g_autofree uint8_t *buf = g_malloc(1 * MIB);
     BlockDriverState *src, *dst;
     CopyCall call = { .answer = true };
-    struct rlimit old, lim = { 1 * MIB, 1 * MIB };
-    void (*old_handler)(int);
+    FileLimit fl;
 
     if (fixture_missing(f)) {
         return;
@@ -314,15 +338,10 @@ static void test_copy_write_error(Fixture *f, gconstpointer data)
     src = p.src;
     dst = p.dst;
 
-    /* Writes past 1 MiB fail with EFBIG (and no SIGXFSZ). */
-    old_handler = signal(SIGXFSZ, SIG_IGN);
-    g_assert_cmpint(getrlimit(RLIMIT_FSIZE, &old), ==, 0);
-    lim.rlim_max = old.rlim_max;
-    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &lim), ==, 0);
+    file_limit_begin(&fl, 1 * MIB);
     g_assert_cmpint(copy_range(src, dst, 2 * MIB, 64 * KIB, buf, &call), ==,
                     -EFBIG);
-    g_assert_cmpint(setrlimit(RLIMIT_FSIZE, &old), ==, 0);
-    signal(SIGXFSZ, old_handler);
+    file_limit_end(&fl);
 
     assert_write_failed(&p, &call, -EFBIG);
 }
@@ -344,6 +363,55 @@ static void test_copy_read_only_target(Fixture *f, gconstpointer data)
                     -EPERM);
     g_assert_cmpint(call.checks, ==, 0);
     assert_write_failed(&p, &call, -EPERM);
+}
+
+/*
+ * The mirror job over fused copies: a target write that fails is a write
+ * error (on-target-error=report), the job fails with it, and what was
+ * written before the limit is the source's bytes.
+ */
+static void test_mirror_write_error(Fixture *f, gconstpointer data)
+{
+    g_autoptr(GError) err = NULL;
+    const char *detail;
+    TestJobEvents ev;
+    MirrorParams mp;
+    FileLimit fl;
+    Job *job;
+    Pair p;
+
+    if (fixture_missing(f)) {
+        return;
+    }
+    pair_open(&p, f, 11, 0, NULL, BDRV_O_RDWR);
+    g_assert_true(bdrv_can_copy(p.src, p.dst));
+    mirror_params_init(&mp);
+    mp.auto_complete = true;
+    job = mirror_job_new("job0", p.src, p.dst, &mp, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&ev, job);
+    file_limit_begin(&fl, 2 * MIB);
+    job_start(job);
+    test_run_until(&ev.concluded, 60);
+    file_limit_end(&fl);
+
+    g_assert_cmpint(job->ret, ==, -EFBIG);
+    g_assert_cmpint(ev.error_count, >=, 1);
+    for (guint i = 0; i < ev.events->len; i++) {
+        JobEvent *e = &g_array_index(ev.events, JobEvent, i);
+
+        if (e->type == JOB_EVENT_ERROR) {
+            g_assert_false(e->is_read);
+            g_assert_cmpint(e->action, ==, BLOCK_ERROR_ACTION_REPORT);
+        }
+    }
+    detail = mirror_get_error_detail(job);
+    g_assert_nonnull(detail);
+    g_assert_nonnull(strstr(detail, "write"));
+    job_unref(job);
+    test_job_events_clear(&ev);
+    assert_file_range(p.b, 0, 2 * MIB, 11);
+    pair_close(&p);
 }
 
 /* ---- Tracking ---- */
@@ -447,6 +515,8 @@ int main(int argc, char **argv)
         test_copy_read_only_target);
     ADD("/io/copy/waits-for-rmw", fixture_setup_shm,
         test_copy_waits_for_rmw);
+    ADD("/io/copy/mirror/write-error", fixture_setup_shm,
+        test_mirror_write_error);
 #undef ADD
     g_test_add_func("/io/copy/cpu-jobs-limited", test_cpu_jobs_limited);
 
