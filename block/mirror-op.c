@@ -176,6 +176,16 @@ static int64_t mirror_sparse_run(MirrorOp *op, int64_t pos, int64_t end,
     return p - pos;
 }
 
+/* The piece of @op's write in flight: [@pos, @pos + @len) as @method. */
+static void mirror_piece_begin(MirrorOp *op, int64_t pos, int64_t len,
+                               MirrorMethod method)
+{
+    op->write_pos = pos + len;
+    op->piece_offset = pos;
+    op->piece_bytes = len;
+    op->piece_method = method;
+}
+
 static void mirror_write_next(MirrorOp *op)
 {
     MirrorJob *s = op->s;
@@ -189,12 +199,9 @@ static void mirror_write_next(MirrorOp *op)
         return;
     }
     s->writes_since_flush++;
-    op->piece_offset = pos;
 
     if (op->method == MIRROR_METHOD_ZERO) {
-        op->write_pos = end;
-        op->piece_bytes = op->bytes;
-        op->piece_method = MIRROR_METHOD_ZERO;
+        mirror_piece_begin(op, pos, op->bytes, MIRROR_METHOD_ZERO);
         bdrv_aio_pwrite_zeroes(s->dst, pos, op->bytes, BDRV_REQ_MAY_UNMAP,
                                mirror_write_cb, op);
         return;
@@ -216,15 +223,12 @@ static void mirror_write_next(MirrorOp *op)
         }
         len = mirror_sparse_run(op, pos, end, &zero);
     }
-    op->write_pos = pos + len;
-    op->piece_offset = pos;
-    op->piece_bytes = len;
     if (zero) {
-        op->piece_method = MIRROR_METHOD_ZERO;
+        mirror_piece_begin(op, pos, len, MIRROR_METHOD_ZERO);
         bdrv_aio_pwrite_zeroes(s->dst, pos, len, BDRV_REQ_MAY_UNMAP,
                                mirror_write_cb, op);
     } else {
-        op->piece_method = MIRROR_METHOD_COPY;
+        mirror_piece_begin(op, pos, len, MIRROR_METHOD_COPY);
         bdrv_aio_pwrite(s->dst, pos, len, op->buf + (pos - op->offset),
                         s->compress ? BDRV_REQ_WRITE_COMPRESSED : 0,
                         mirror_write_cb, op);
@@ -313,12 +317,9 @@ static void mirror_copy_cb(void *opaque, int ret)
         mirror_write_when_ready(op);    /* read only: zero blocks in it */
         return;
     }
-    /* Written (or failed) whole: what mirror_write_next() would do. */
+    /* Written (or failed) whole: one piece, as mirror_write_next() has. */
     op->s->writes_since_flush++;
-    op->piece_offset = op->offset;
-    op->piece_bytes = op->bytes;
-    op->piece_method = MIRROR_METHOD_COPY;
-    op->write_pos = op->offset + op->bytes;
+    mirror_piece_begin(op, op->offset, op->bytes, MIRROR_METHOD_COPY);
     mirror_write_cb(op, ret);
 }
 
