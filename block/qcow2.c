@@ -102,7 +102,7 @@ static bool qcow2_open_file(BDRVQcow2State *s, GHashTable *chain,
                     "a qcow2 image must be a regular file");
         return false;
     }
-    s->in_memory = fd_in_memory(s->fd, "QEMU_MIRROR_COPY");
+    s->in_memory = fd_in_memory(s->fd) && !env_is_off("QEMU_MIRROR_COPY");
     key = g_strdup_printf("%ju:%ju", (uintmax_t)st.st_dev,
                           (uintmax_t)st.st_ino);
     if (g_hash_table_contains(chain, key)) {

@@ -78,7 +78,6 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
                           int64_t bytes, GArray *extents,
                           BlockCompletionFunc *cb, void *opaque);
 
-
 /*
  * raw-map.c, on a pool worker (raw-aio.c's RAW_OP_MAP): map [@offset,
  * @offset + @bytes) of @s's file into @map with its pages loaded; 0,

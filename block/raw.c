@@ -218,6 +218,7 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     BDRVRawState *s = bs->opaque;
     int oflags = flags & BDRV_O_RDWR ? O_RDWR : O_RDONLY;
     bool nocache = flags & BDRV_O_NOCACHE;
+    bool in_memory;
     uint32_t align = 0;
     struct stat st;
     int size;
@@ -258,8 +259,9 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     s->serialise_writes = !s->is_block && !nocache;
     /* In memory: views and fused copies (QEMU_MIRROR_MAP=off and
      * QEMU_MIRROR_COPY=off turn them off, to measure without). */
-    s->can_map = fd_in_memory(s->fd, "QEMU_MIRROR_MAP");
-    s->can_copy = fd_in_memory(s->fd, "QEMU_MIRROR_COPY");
+    in_memory = fd_in_memory(s->fd);
+    s->can_map = in_memory && !env_is_off("QEMU_MIRROR_MAP");
+    s->can_copy = in_memory && !env_is_off("QEMU_MIRROR_COPY");
     return true;
 
 out_close:

@@ -331,16 +331,22 @@ int64_t clock_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-bool fd_in_memory(int fd, const char *env_off)
+bool fd_in_memory(int fd)
 {
-    const char *env = env_off ? g_getenv(env_off) : NULL;
     struct statfs sfs;
     struct stat st;
     int fl = fcntl(fd, F_GETFL);
 
-    if ((env && !strcmp(env, "off")) || fl < 0 || (fl & O_DIRECT) ||
-        fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    if (fl < 0 || (fl & O_DIRECT) || fstat(fd, &st) < 0 ||
+        !S_ISREG(st.st_mode)) {
         return false;
     }
     return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
+
+bool env_is_off(const char *name)
+{
+    const char *v = g_getenv(name);
+
+    return v && !strcmp(v, "off");
 }

@@ -96,11 +96,13 @@ bool buffer_is_zero(const void *buf, size_t len);
 /*
  * Is @fd a regular file on tmpfs, opened buffered?  Its pages are in
  * memory: reading and writing it are CPU work that never waits for a disk
- * nor meets an I/O error.  False when the environment variable @env_off
- * (if not NULL) is "off", so that a feature built on this can be turned
- * off by hand.
+ * nor meets an I/O error.
  */
-bool fd_in_memory(int fd, const char *env_off);
+bool fd_in_memory(int fd);
+
+/* Is the environment variable @name set to "off" (a feature turned off by
+ * hand, to measure without it)? */
+bool env_is_off(const char *name);
 
 /* Monotonic time in nanoseconds. */
 int64_t clock_ns(void);

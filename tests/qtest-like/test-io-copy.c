@@ -177,7 +177,7 @@ static void test_can_copy_not_tmpfs(Fixture *f, gconstpointer data)
     bool in_memory;
 
     g_assert_cmpint(fd, >=, 0);
-    in_memory = fd_in_memory(fd, NULL);
+    in_memory = fd_in_memory(fd);
     close(fd);
     if (in_memory) {
         g_test_skip("the scratch directory is on tmpfs");
