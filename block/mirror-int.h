@@ -10,6 +10,7 @@
 
 #include "block/dirty-bitmap.h"
 #include "block/mirror.h"
+#include "util/buf-pool.h"
 #include "util/cutils.h"
 #include "util/hbitmap.h"
 #include "util/ratelimit.h"
@@ -93,8 +94,7 @@ struct MirrorJob {
     int64_t op_bytes_in_flight; /* COPY bytes: the buf-size budget */
 
     /* COPY slots, at most max_bufs: pool buffers (buf_elem_size) or views */
-    GPtrArray *free_bufs;
-    int nb_bufs;
+    BufPool *bufs;
     int max_bufs;
     int64_t buf_elem_size;
     size_t buf_align;

@@ -27,17 +27,16 @@
 
 static int mirror_slots_used(MirrorJob *s)
 {
-    return s->nb_views + s->nb_bufs - (int)s->free_bufs->len;
+    return s->nb_views + buf_pool_in_use(s->bufs);
 }
 
+/* A pool buffer; there is one whenever a slot is free. */
 static uint8_t *mirror_buf_get(MirrorJob *s)
 {
-    if (s->free_bufs->len) {
-        return g_ptr_array_steal_index_fast(s->free_bufs,
-                                            s->free_bufs->len - 1);
-    }
-    s->nb_bufs++;
-    return qemu_memalign(s->buf_align, s->buf_elem_size);
+    uint8_t *buf = buf_pool_get(s->bufs);
+
+    g_assert(buf);
+    return buf;
 }
 
 bool mirror_slot_get(MirrorJob *s, int64_t bytes, uint8_t **buf)
@@ -57,7 +56,7 @@ bool mirror_slot_get(MirrorJob *s, int64_t bytes, uint8_t **buf)
 void mirror_slot_put(MirrorJob *s, uint8_t *buf)
 {
     if (buf) {
-        g_ptr_array_add(s->free_bufs, buf);
+        buf_pool_put(s->bufs, buf);
     } else {
         s->nb_views--;
     }

@@ -179,7 +179,7 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->max_bufs = MAX(1, s->buf_size / s->buf_elem_size);
     s->buf_align = MAX(MAX(bdrv_get_mem_alignment(src),
                            bdrv_get_mem_alignment(dst)), 4096);
-    s->free_bufs = g_ptr_array_new_with_free_func(qemu_vfree);
+    s->bufs = buf_pool_new(s->buf_elem_size, s->max_bufs, s->buf_align);
     /*
      * Between two in-memory files a COPY is one pool job that reads and
      * writes (bdrv_aio_copy); views stay for the other cases, where they

@@ -457,7 +457,7 @@ static void mirror_free(Job *job)
     if (s->status_writes) {
         g_array_unref(s->status_writes);
     }
-    g_ptr_array_free(s->free_bufs, TRUE);
+    buf_pool_free(s->bufs);
     g_free(s->error_detail);
     bdrv_unref(s->src);
     bdrv_unref(s->dst);

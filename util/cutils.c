@@ -350,3 +350,10 @@ bool env_is_off(const char *name)
 
     return v && !strcmp(v, "off");
 }
+
+bool env_is_on(const char *name)
+{
+    const char *v = g_getenv(name);
+
+    return v && !strcmp(v, "on");
+}

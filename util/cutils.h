@@ -104,6 +104,9 @@ bool fd_in_memory(int fd);
  * hand, to measure without it)? */
 bool env_is_off(const char *name);
 
+/* Is the environment variable @name set to "on" (a feature forced on)? */
+bool env_is_on(const char *name);
+
 /* Monotonic time in nanoseconds. */
 int64_t clock_ns(void);
 

@@ -1,0 +1,161 @@
+/*
+ * The buffer pool (util/buf-pool.c): exactly @count buffers, aligned,
+ * disjoint and writable end to end; handed out lowest first and reused
+ * last-in first-out, so a job with few in flight touches few; huge pages
+ * asked for a pool of 2 MiB or more unless QEMU_MIRROR_THP=off; and, in an
+ * ASan build, buffers that are not out are poisoned.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <glib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/buf-pool.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifdef TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+#define KIB 1024
+#define MIB (1024 * 1024)
+
+/* THP exists on this kernel (any mode: madvise() accepts the advice). */
+static bool have_thp(void)
+{
+    return g_file_test("/sys/kernel/mm/transparent_hugepage",
+                       G_FILE_TEST_IS_DIR);
+}
+
+static void test_count_align(void)
+{
+    /* 1000-byte buffers at 512-byte alignment: stride 1024. */
+    BufPool *pool = buf_pool_new(1000, 5, 512);
+    uint8_t *b[5];
+
+    for (int i = 0; i < 5; i++) {
+        b[i] = buf_pool_get(pool);
+        g_assert_nonnull(b[i]);
+        g_assert_cmpuint((uintptr_t)b[i] % 512, ==, 0);
+        memset(b[i], i + 1, 1000);
+        g_assert_cmpint(buf_pool_in_use(pool), ==, i + 1);
+    }
+    g_assert_null(buf_pool_get(pool));
+    for (int i = 0; i < 5; i++) {
+        /* Lowest first, and no buffer ran into another. */
+        g_assert_true(i == 0 || b[i] >= b[i - 1] + 1000);
+        for (int j = 0; j < 1000; j++) {
+            g_assert_cmpint(b[i][j], ==, i + 1);
+        }
+    }
+    buf_pool_put(pool, b[2]);
+    g_assert_cmpint(buf_pool_in_use(pool), ==, 4);
+    g_assert_true(buf_pool_get(pool) == b[2]);
+    g_assert_null(buf_pool_get(pool));
+    for (int i = 0; i < 5; i++) {
+        buf_pool_put(pool, b[i]);
+    }
+    g_assert_cmpint(buf_pool_in_use(pool), ==, 0);
+    g_assert_cmpint(buf_pool_used_ever(pool), ==, 5);
+    buf_pool_free(pool);
+}
+
+/* One at a time in flight: the same buffer again, nothing else touched. */
+static void test_reuse_lifo(void)
+{
+    BufPool *pool = buf_pool_new(MIB, 16, 4096);
+    uint8_t *first = buf_pool_get(pool), *a, *b;
+
+    buf_pool_put(pool, first);
+    for (int i = 0; i < 100; i++) {
+        a = buf_pool_get(pool);
+        g_assert_true(a == first);
+        buf_pool_put(pool, a);
+    }
+    g_assert_cmpint(buf_pool_used_ever(pool), ==, 1);
+    a = buf_pool_get(pool);
+    b = buf_pool_get(pool);
+    g_assert_true(a == first && b == first + MIB);
+    buf_pool_put(pool, a);
+    buf_pool_put(pool, b);
+    g_assert_true(buf_pool_get(pool) == b);     /* last in, first out */
+    g_assert_cmpint(buf_pool_used_ever(pool), ==, 2);
+    buf_pool_put(pool, b);
+    buf_pool_free(pool);
+}
+
+static void test_huge(void)
+{
+    BufPool *pool;
+    uint8_t *b;
+
+    g_unsetenv("QEMU_MIRROR_THP");
+    pool = buf_pool_new(MIB, 16, 4096);
+    g_assert_cmpint(buf_pool_huge(pool), ==, have_thp());
+    b = buf_pool_get(pool);
+    if (buf_pool_huge(pool)) {
+        /* The first buffer starts a huge page. */
+        g_assert_cmpuint((uintptr_t)b % (2 * MIB), ==, 0);
+    }
+    memset(b, 0x5a, MIB);
+    buf_pool_put(pool, b);
+    buf_pool_free(pool);
+
+    /* Smaller than a huge page: not asked for. */
+    pool = buf_pool_new(64 * KIB, 4, 4096);
+    g_assert_false(buf_pool_huge(pool));
+    buf_pool_free(pool);
+
+    g_setenv("QEMU_MIRROR_THP", "off", TRUE);
+    pool = buf_pool_new(MIB, 16, 4096);
+    g_assert_false(buf_pool_huge(pool));
+    buf_pool_free(pool);
+    g_unsetenv("QEMU_MIRROR_THP");
+}
+
+/* A pool larger than memory reserves address space only. */
+static void test_reserve_only(void)
+{
+    BufPool *pool = buf_pool_new(64 * MIB, 1024, 4096);     /* 64 GiB */
+    uint8_t *b = buf_pool_get(pool);
+
+    b[0] = 1;
+    b[64 * MIB - 1] = 2;
+    buf_pool_put(pool, b);
+    buf_pool_free(pool);
+}
+
+#ifdef TEST_ASAN
+static void test_poison(void)
+{
+    BufPool *pool = buf_pool_new(64 * KIB, 4, 4096);
+    uint8_t *b = buf_pool_get(pool);
+
+    g_assert_false(__asan_region_is_poisoned(b, 64 * KIB));
+    g_assert_true(__asan_address_is_poisoned(b + 64 * KIB));   /* next */
+    buf_pool_put(pool, b);
+    g_assert_true(__asan_address_is_poisoned(b));
+    buf_pool_free(pool);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/buf-pool/count-align", test_count_align);
+    g_test_add_func("/buf-pool/reuse-lifo", test_reuse_lifo);
+    g_test_add_func("/buf-pool/huge", test_huge);
+    g_test_add_func("/buf-pool/reserve-only", test_reserve_only);
+#ifdef TEST_ASAN
+    g_test_add_func("/buf-pool/poison", test_poison);
+#endif
+    return g_test_run();
+}
