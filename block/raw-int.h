@@ -50,7 +50,8 @@ typedef struct BDRVRawState {
     guint unsupported;          /* RAW_NO_*, atomic */
     bool serialise_writes;      /* buffered regular file: one writer */
     GMutex write_lock;          /* held by that writer */
-    bool can_map;               /* views (raw-map.c) are safe and cheap */
+    bool can_map;               /* views (raw-map.c) are safe */
+    bool map_forced;            /* QEMU_MIRROR_MAP=on: and never measured */
     bool can_copy;              /* fused copies (bdrv_aio_copy) apply */
 } BDRVRawState;
 
@@ -86,6 +87,13 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
  */
 int raw_do_map(BDRVRawState *s, int64_t offset, int64_t bytes,
                BdrvMapping *map);
+
+/*
+ * Whether a view of an in-memory file costs less than a read into a buffer
+ * on this machine: measured on the first call (about 1 ms), the same
+ * answer after.  Thread-safe.
+ */
+bool raw_views_pay(void);
 
 /* BlockDriver can_map / unmap (raw-map.c) and aio_map (raw-aio.c). */
 bool raw_can_map(BlockDriverState *bs);

@@ -258,9 +258,11 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     }
     s->serialise_writes = !s->is_block && !nocache;
     /* In memory: views and fused copies (QEMU_MIRROR_MAP=off and
-     * QEMU_MIRROR_COPY=off turn them off, to measure without). */
+     * QEMU_MIRROR_COPY=off turn them off, to measure without; views are
+     * used where they pay, or always with QEMU_MIRROR_MAP=on). */
     in_memory = fd_in_memory(s->fd);
     s->can_map = in_memory && !env_is_off("QEMU_MIRROR_MAP");
+    s->map_forced = env_is_on("QEMU_MIRROR_MAP");
     s->can_copy = in_memory && !env_is_off("QEMU_MIRROR_COPY");
     return true;
 

@@ -21,6 +21,7 @@
 
 #include "block/block-int.h"
 #include "block/mirror.h"
+#include "block/raw-int.h"
 #include "tests/qtest-like/raw-fixture.h"
 #include "tests/qtest-like/test-util.h"
 
@@ -231,12 +232,38 @@ static void test_map_off_env(Fixture *f, gconstpointer data)
     path = make_file(f, "img", 64 * KIB);
     g_setenv("QEMU_MIRROR_MAP", "off", TRUE);
     bs = open_raw(path, 0, NULL);
-    g_unsetenv("QEMU_MIRROR_MAP");
+    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
     expect_no_map(bs);
     bdrv_unref(bs);
     /* Read at open: a node opened now maps. */
     bs = open_raw(path, 0, NULL);
     g_assert_true(bdrv_can_map(bs));
+    bdrv_unref(bs);
+}
+
+/* Unset: views where the machine's probe says they pay, the same answer
+ * for every node; a node without them reads. */
+static void test_map_measured(Fixture *f, gconstpointer data)
+{
+    g_autofree char *path = NULL;
+    BlockDriverState *bs;
+    bool pays;
+
+    if (fixture_missing(f)) {
+        return;
+    }
+    path = make_file(f, "img", 64 * KIB);
+    g_unsetenv("QEMU_MIRROR_MAP");
+    pays = raw_views_pay();
+    g_assert_cmpint(raw_views_pay(), ==, pays);
+    bs = open_raw(path, 0, NULL);
+    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
+    if (pays) {
+        g_assert_true(bdrv_can_map(bs));
+    } else {
+        expect_no_map(bs);
+    }
+    g_test_message("views pay on this machine: %s", pays ? "yes" : "no");
     bdrv_unref(bs);
 }
 
@@ -372,7 +399,7 @@ static void test_mirror_views_off(Fixture *f, gconstpointer data)
     src = make_source(f);
     g_setenv("QEMU_MIRROR_MAP", "off", TRUE);
     run_mirror(f, src, -1, false);
-    g_unsetenv("QEMU_MIRROR_MAP");
+    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
 }
 
 /* The file shrinks after open: views past its end fall back to reads,
@@ -391,13 +418,15 @@ static void test_mirror_views_fallback(Fixture *f, gconstpointer data)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    g_unsetenv("QEMU_MIRROR_MAP");
+    /* Views whether or not they pay on this machine: they are under test. */
+    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
 
 #define ADD(path, setup, fn) \
     g_test_add(path, Fixture, NULL, setup, fn, fixture_teardown)
 
     ADD("/raw/map/ranges", fixture_setup_shm, test_map_ranges);
     ADD("/raw/map/past-end", fixture_setup_shm, test_map_past_end);
+    ADD("/raw/map/measured", fixture_setup_shm, test_map_measured);
     ADD("/raw/map/off/env", fixture_setup_shm, test_map_off_env);
     ADD("/raw/map/off/nocache", fixture_setup_shm, test_map_off_nocache);
     ADD("/raw/map/off/not-tmpfs", fixture_setup, test_map_off_not_tmpfs);
