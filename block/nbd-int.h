@@ -34,6 +34,14 @@
 typedef struct NbdBlkState NbdBlkState;
 typedef struct NbdBlkConn NbdBlkConn;
 
+/* Which connections take requests (nbd-spread.c). */
+typedef enum NbdBlkSpread {
+    NBDBLK_SPREAD_FIXED,        /* decided: nr_active stays */
+    NBDBLK_SPREAD_WARMUP,       /* one connection, before the trial */
+    NBDBLK_SPREAD_TRY_ONE,      /* trial window on one connection */
+    NBDBLK_SPREAD_TRY_ALL,      /* trial window on all of them */
+} NbdBlkSpread;
+
 typedef enum NbdBlkOp {
     NBDBLK_OP_READ,
     NBDBLK_OP_WRITE,
@@ -82,6 +90,11 @@ struct NbdBlkState {
     char *display;              /* the spec for messages (redacted) */
     NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
     int nr_conns;
+    int nr_active;              /* conns[0..nr_active) take requests */
+    NbdBlkSpread spread;
+    int64_t trial_bytes;        /* completed in the current phase */
+    int64_t trial_start_ns;     /* when the current phase began */
+    double trial_rate_one;      /* bytes per ns of the one-connection window */
 
     int64_t size;
     uint32_t min_block;         /* as advertised; 0 = not advertised */
@@ -133,6 +146,24 @@ void nbdblk_source_attach(NbdBlkConn *c);
 
 /* Destroy it (safe from inside its own dispatch). */
 void nbdblk_source_destroy(NbdBlkConn *c);
+
+/* ---- nbd-spread.c: which connections take requests ---- */
+
+/*
+ * At open, once every connection is made (blocking): with @asked (the
+ * count was given) all take requests; otherwise only the first, unless an
+ * idle read of one block at offset 0 shows the server's latency, and a
+ * trial on the data path decides later.
+ */
+void nbdblk_spread_open(NbdBlkState *s, bool asked);
+
+/* The live connection among the active ones with the fewest counted
+ * requests (ties rotate), or NULL. */
+NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s);
+
+/* @req's reply arrived (req->ret set): count it in the trial, and move
+ * the trial on.  Called with the handle lock held: no nbd_* calls. */
+void nbdblk_spread_done(NbdBlkReq *req);
 
 /* ---- nbd-io.c ---- */
 

@@ -2,8 +2,8 @@
  * NBD client driver, data path: requests onto connections.
  *
  * A request goes to the live connection with the fewest requests in
- * flight (ties rotate), at most NBDBLK_MAX_IN_FLIGHT per connection; the
- * rest wait in s->queued, first in first out, and start as others finish.
+ * flight (ties rotate) among those that take requests (nbd-spread.c), at
+ * most NBDBLK_MAX_IN_FLIGHT per connection; the rest wait in s->queued, first in first out, and start as others finish.
  * Nothing here blocks.
  *
  * libnbd's completion callback only stores the result and moves the
@@ -57,6 +57,7 @@ static int nbdblk_cmd_done(void *opaque, int *error)
     NbdBlkReq *req = opaque;
 
     req->ret = *error ? -*error : 0;
+    nbdblk_spread_done(req);
     g_queue_push_tail_link(&req->s->done, &req->link);
     return 1;                   /* retire the command */
 }
@@ -127,24 +128,6 @@ static int nbdblk_extent_cb(void *opaque, const char *metacontext,
 }
 
 /* ---- issuing ---- */
-
-/* The live connection with the fewest counted requests, or NULL. */
-static NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
-{
-    NbdBlkConn *best = NULL;
-
-    for (int i = 0; i < s->nr_conns; i++) {
-        NbdBlkConn *c = &s->conns[(s->next_conn + i) % s->nr_conns];
-
-        if (!c->dead && (!best || c->in_flight < best->in_flight)) {
-            best = c;
-        }
-    }
-    if (best) {
-        s->next_conn = (best->index + 1) % s->nr_conns;
-    }
-    return best;
-}
 
 /* Hand @req to libnbd on @c. */
 static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)

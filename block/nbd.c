@@ -3,7 +3,9 @@
  * and `info`.  Opening parses the URI (block/nbd-uri.c), connects one
  * handle synchronously (the control path may block), reads the export's
  * size, flags and block size constraints, and when the server advertises
- * multi-conn opens up to "connections" handles (default: one per CPU, at most 4).  From then on
+ * multi-conn opens up to "connections" handles (default: one per CPU, at most 4;
+ * with the default count only the first takes requests until the server
+ * shows latency, block/nbd-spread.c).  From then on
  * every handle is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
@@ -28,14 +30,16 @@ int nbdblk_default_connections(void)
     return CLAMP((int)g_get_num_processors(), 1, 4);
 }
 
+/* The connections=N option, or the default count (*@asked false). */
 static bool nbdblk_parse_connections(GHashTable *options, int *n,
-                                     GError **errp)
+                                     bool *asked, GError **errp)
 {
     const char *v = g_hash_table_lookup(options, "connections");
     g_autoptr(GError) err = NULL;
     int64_t count;
 
     *n = nbdblk_default_connections();
+    *asked = v != NULL;
     if (!v) {
         return true;
     }
@@ -173,13 +177,14 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
                         GHashTable *options, GError **errp)
 {
     NbdBlkState *s = bs->opaque;
+    bool asked;
     int want;
 
     g_queue_init(&s->queued);
     g_queue_init(&s->done);
     s->display = nbdblk_uri_redact(spec);
     s->uri = nbdblk_uri_parse(spec, errp);
-    if (!s->uri || !nbdblk_parse_connections(options, &want, errp) ||
+    if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
         !nbdblk_check_tls_files(s, errp)) {
         goto out_free;
     }
@@ -194,6 +199,7 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     if (s->can_multi_conn) {
         nbdblk_connect_more(s, want);
     }
+    nbdblk_spread_open(s, asked);
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_source_attach(&s->conns[i]);
     }
@@ -273,6 +279,9 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
     nbdblk_info_add(sp, "tls: %s", uri->tls ? "yes" : "no");
     nbdblk_info_add(sp, "read-only: %s", s->read_only ? "yes" : "no");
     nbdblk_info_add(sp, "connections: %d", s->nr_conns);
+    nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
+                    s->spread == NBDBLK_SPREAD_FIXED ? "" :
+                    " (more if a trial on the data path finds them faster)");
     nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");
     nbdblk_info_add(sp, "block size: minimum %u, preferred %u, maximum %u "
                     "(0: not advertised)", s->min_block, s->pref_block,

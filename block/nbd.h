@@ -89,6 +89,16 @@ char *nbdblk_uri_redact(const char *spec);
 int nbdblk_get_connections(BlockDriverState *bs);
 
 /*
+ * How many of them take requests right now (block/nbd-spread.c): all when
+ * the count was asked for, the server has shown latency or the trial found
+ * them faster; 1 otherwise.  0 if @bs is not an NBD node.
+ */
+int nbdblk_get_active_connections(BlockDriverState *bs);
+
+/* Whether that number is final (no trial pending or running). */
+bool nbdblk_spread_decided(BlockDriverState *bs);
+
+/*
  * Introspection for tests: requests of @bs issued to libnbd and holding a
  * slot (at most NBDBLK_MAX_IN_FLIGHT per connection), and requests waiting
  * in the driver for a slot.

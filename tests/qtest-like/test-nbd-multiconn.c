@@ -10,6 +10,7 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "block/block-int.h"
 #include "block/nbd.h"
@@ -95,7 +96,8 @@ static void test_flush_fua(void)
     g_rmdir(logdir);
 }
 
-/* connections=N with a multi-conn server, 1 without; bad values fail. */
+/* connections=N with a multi-conn server, 1 without; bad values fail;
+ * a count asked for takes requests on every connection. */
 static void test_multi_conn(void)
 {
     g_autoptr(Server) srv = NULL;
@@ -125,13 +127,13 @@ static void test_multi_conn(void)
         g_assert_cmpint(nbdblk_get_connections(bs), ==, n);
     }
     {
-        g_autoptr(BlockDriverState) bs = must_open(srv->uri, 0, NULL);
-        g_autofree char *before = NULL;
+        g_autoptr(BlockDriverState) bs = must_open(srv->uri, 0, "2");
 
-        g_assert_cmpint(nbdblk_get_connections(bs), ==,
-                        nbdblk_default_connections());
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 2);
+        /* Asked for: all connections from the start, for good. */
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 2);
+        g_assert_true(nbdblk_spread_decided(bs));
         /* Requests spread over the connections. */
-        g_file_get_contents(log, &before, NULL, NULL);
         for (int i = 0; i < 16; i++) {
             bdrv_aio_pread(bs, i * 4096, 4096, bufs[i], 0, pending_cb,
                            &p[i]);
@@ -146,7 +148,7 @@ static void test_multi_conn(void)
 
             used += count_lines(log, (const char *[]){ needle, NULL }) > 0;
         }
-        g_assert_cmpint(used, ==, nbdblk_default_connections());
+        g_assert_cmpint(used, ==, 2);
     }
     for (int i = 0; i < 4; i++) {
         static const char *const bad[] = { "0", "17", "x", "-1" };
@@ -181,10 +183,144 @@ static void test_multi_conn(void)
     }
 }
 
+/* A stream of 1 MiB writes, as a copy makes: a new one as each ends. */
+typedef struct Stream {
+    BlockDriverState *bs;
+    uint8_t *buf;
+    int size_mib;       /* offsets wrap within the first size_mib MiB */
+    int submitted;
+    int total;
+    int in_flight;
+    int failed;
+} Stream;
+
+static void stream_next(Stream *st);
+
+static void stream_cb(void *opaque, int ret)
+{
+    Stream *st = opaque;
+
+    st->in_flight--;
+    st->failed += ret < 0;
+    stream_next(st);
+}
+
+static void stream_next(Stream *st)
+{
+    if (st->submitted < st->total) {
+        int64_t off = (int64_t)(st->submitted++ % st->size_mib) * MiB;
+
+        st->in_flight++;
+        bdrv_aio_pwrite(st->bs, off, MiB, st->buf, 0, stream_cb, st);
+    }
+}
+
+/* Write @mib MiB with 32 in flight, within the first @size_mib MiB. */
+static void write_stream(BlockDriverState *bs, uint8_t *buf, int mib,
+                         int size_mib)
+{
+    Stream st = { .bs = bs, .buf = buf, .size_mib = size_mib, .total = mib };
+    gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+
+    for (int i = 0; i < 32; i++) {
+        stream_next(&st);
+    }
+    while (st.in_flight && g_get_monotonic_time() < deadline) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    g_assert_cmpint(st.in_flight, ==, 0);
+    g_assert_cmpint(st.failed, ==, 0);
+}
+
+/*
+ * The default count against servers of known behaviour (nbd-spread.c):
+ * a fast one starts on one connection and a trial decides; a read latency
+ * of 10 ms spreads at open; a write latency of 50 ms (reads fast) spreads
+ * after the trial; a server that serialises every request gains nothing
+ * from more connections and goes back to one.
+ */
+static void test_spread(void)
+{
+    int n = nbdblk_default_connections();
+    g_autofree uint8_t *buf = g_malloc0(MiB);
+    g_autofree char *file = NULL;
+    int fd;
+
+    if (!have_nbdkit() || n < 2) {
+        return;         /* one CPU: one connection, nothing to decide */
+    }
+    /* The file plugin: the memory plugin's writes serialise on its lock. */
+    fd = g_file_open_tmp("test-nbd-spread-XXXXXX", &file, NULL);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, 64 * MiB), ==, 0);
+    close(fd);
+    {
+        g_autoptr(Server) fast = server_start("memory", "64M", NULL);
+        g_autoptr(BlockDriverState) bs = must_open(fast->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, n);
+        if (nbdblk_spread_decided(bs)) {
+            /* Only if three idle 4 KiB reads took 2 ms each. */
+            g_test_message("fast server looked slow at open");
+            g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+        } else {
+            g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+            /* Too few bytes for the trial: still one. */
+            write_stream(bs, buf, 32, 64);
+            g_assert_false(nbdblk_spread_decided(bs));
+            g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+            /* Enough bytes: decided, one way or the other. */
+            write_stream(bs, buf, 256, 64);
+            g_assert_true(nbdblk_spread_decided(bs));
+        }
+    }
+    {
+        g_autoptr(Server) slow = server_start("--filter=delay", "memory",
+                                              "64M", "delay-read=10ms",
+                                              NULL);
+        g_autoptr(BlockDriverState) bs = must_open(slow->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_true(nbdblk_spread_decided(bs));
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+    }
+    {
+        g_autoptr(Server) slow = server_start("--filter=delay", "file", file,
+                                              "delay-write=100ms", NULL);
+        g_autoptr(BlockDriverState) bs = must_open(slow->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_false(nbdblk_spread_decided(bs));
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+        /* Server workers come per connection: with 32 writes of 100 ms in
+         * flight, two connections moved 1.6-1.8x what one did. */
+        write_stream(bs, buf, 256, 64);
+        g_assert_true(nbdblk_spread_decided(bs));
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+    }
+    {
+        g_autoptr(Server) serial = server_start("--filter=noparallel",
+                                                "--filter=delay", "file",
+                                                file, "delay-write=2ms",
+                                                "serialize=all-requests",
+                                                NULL);
+        g_autoptr(BlockDriverState) bs = must_open(serial->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+        write_stream(bs, buf, 256, 64);
+        g_assert_true(nbdblk_spread_decided(bs));
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+    }
+    g_remove(file);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/nbd/flush-fua", test_flush_fua);
     g_test_add_func("/nbd/multi-conn", test_multi_conn);
+    g_test_add_func("/nbd/spread", test_spread);
     return g_test_run();
 }
