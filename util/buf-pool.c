@@ -104,7 +104,9 @@ BufPool *buf_pool_new(size_t size, int count, size_t align)
         pool->huge = false;             /* a kernel without THP */
     }
     pool->base = p;
-    POOL_POISON(pool->base, pool->stride * count);
+    /* Poisoned as they come into use (so that a pool of a large buf-size
+     * costs no shadow memory up front): buffer 0 now, see buf_pool_get(). */
+    POOL_POISON(pool->base, pool->stride);
     return pool;
 }
 
@@ -113,7 +115,8 @@ void buf_pool_free(BufPool *pool)
     if (!pool) {
         return;
     }
-    POOL_UNPOISON(pool->base, pool->stride * pool->count);
+    POOL_UNPOISON(pool->base,
+                  pool->stride * MIN(pool->used_ever + 1, pool->count));
     munmap(pool->map, pool->map_len);
     g_ptr_array_free(pool->free, TRUE);
     g_free(pool);
@@ -127,6 +130,10 @@ uint8_t *buf_pool_get(BufPool *pool)
         buf = g_ptr_array_steal_index_fast(pool->free, pool->free->len - 1);
     } else if (pool->used_ever < pool->count) {
         buf = pool->base + (size_t)pool->used_ever++ * pool->stride;
+        if (pool->used_ever < pool->count) {
+            /* The next buffer, so that running past this one is caught. */
+            POOL_POISON(buf + pool->stride, pool->stride);
+        }
     } else {
         return NULL;
     }
