@@ -190,9 +190,11 @@ print_header() {
     echo "# machine: nproc=$(nproc), $(uname -srm), $(awk '/MemTotal/ { printf "%.1f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
     echo "# versions: $("$MT" --version 2>&1 | head -1) ($MT_SRC, sha256" \
         "$(sha256sum "$MT" | cut -c1-12)); $("$QSD" --version | head -1); $(nbdkit --version)"
-    echo "# defaults, both tools: granularity 64K (an NBD target has no cluster size)," \
-        "buf-size 16M, operations of at most 1M, 16 in flight; NBD connections to the" \
-        "target: mirror-tool 4 (--connections), qemu-storage-daemon 1"
+    echo "# defaults: granularity 64K (an NBD target has no cluster size), operations" \
+        "of at most 1M; qemu-storage-daemon: 1 NBD connection, 16 in flight, buf-size 16M;" \
+        "mirror-tool: one NBD connection per CPU (at most 4) opened, 16 in flight and 16M" \
+        "per connection opened, requests on the first connection only until the server" \
+        "shows latency (block/nbd-spread.c)"
     echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 

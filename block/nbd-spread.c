@@ -15,10 +15,11 @@
  *
  * - A count asked for (connections=N) is used from the start, as is one
  *   connection.
- * - At open, an idle read of one block at offset 0 (up to three, until
- *   one is fast): at NBDBLK_SPREAD_LATENCY_NS or more every time (a
+ * - At open, an idle read of one block at offset 0 (a second one if the
+ *   first was slow): at NBDBLK_SPREAD_LATENCY_NS or more both times (a
  *   remote server, a delay filter), every connection takes requests from
- *   the start.
+ *   the start.  A stall that fooled it would only give the old default,
+ *   all connections; each try costs the server's latency once.
  * - Otherwise a trial: after NBDBLK_TRIAL_WARMUP bytes of reads and writes
  *   on the first connection, NBDBLK_TRIAL_BYTES more on it are timed, then
  *   as many spread over all; all stay only if that was at least
@@ -40,7 +41,7 @@
  * above, a local server (0.05-0.5 ms) well below.
  */
 #define NBDBLK_SPREAD_LATENCY_NS    (2 * 1000 * 1000)
-#define NBDBLK_PROBE_TRIES          3
+#define NBDBLK_PROBE_TRIES          2
 
 /* The trial: skip the start (our buffer pool, up to 64 MiB, and the
  * server's threads see their memory for the first time), then two windows
