@@ -95,6 +95,8 @@ struct NbdBlkState {
     int64_t trial_bytes;        /* completed in the current phase */
     int64_t trial_start_ns;     /* when the current phase began */
     double trial_rate_one;      /* bytes per ns of the one-connection window */
+    void *probe_buf;            /* the open-time probe's, freed at close */
+    int probe_state;            /* 0 in flight, 1 done, -1 failed */
 
     int64_t size;
     uint32_t min_block;         /* as advertised; 0 = not advertised */

@@ -3,7 +3,8 @@
  *
  * A request goes to the live connection with the fewest requests in
  * flight (ties rotate) among those that take requests (nbd-spread.c), at
- * most NBDBLK_MAX_IN_FLIGHT per connection; the rest wait in s->queued, first in first out, and start as others finish.
+ * most NBDBLK_MAX_IN_FLIGHT per connection; the rest wait in s->queued,
+ * first in first out, and start as others finish.
  * Nothing here blocks.
  *
  * libnbd's completion callback only stores the result and moves the

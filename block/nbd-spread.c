@@ -42,6 +42,7 @@
  */
 #define NBDBLK_SPREAD_LATENCY_NS    (2 * 1000 * 1000)
 #define NBDBLK_PROBE_TRIES          2
+#define NBDBLK_PROBE_WAIT_NS        (500 * 1000 * 1000)
 
 /* The trial: skip the start (our buffer pool, up to 64 MiB, and the
  * server's threads see their memory for the first time), then two windows
@@ -59,11 +60,53 @@ static void nbdblk_spread_set(NbdBlkState *s, NbdBlkSpread phase, int active)
     s->trial_start_ns = clock_ns();
 }
 
+/* A probe read finished; the handle lock is held, no nbd_* calls. */
+static int nbdblk_probe_cb(void *opaque, int *error)
+{
+    NbdBlkState *s = opaque;
+
+    s->probe_state = *error ? -1 : 1;
+    return 1;                   /* retire the command */
+}
+
+/*
+ * One idle read of @len bytes at offset 0 on the first connection: its
+ * time in ns, -1 on an error, or INT64_MAX when no answer came within
+ * NBDBLK_PROBE_WAIT_NS (a server that never answers must not hang the
+ * open; the read then stays in flight, and s->probe_buf with it, until
+ * close).
+ */
+static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
+{
+    struct nbd_handle *h = s->conns[0].h;
+    nbd_completion_callback cb = {
+        .callback = nbdblk_probe_cb,
+        .user_data = s,
+    };
+    int64_t start = clock_ns();
+    int64_t deadline = start + NBDBLK_PROBE_WAIT_NS;
+
+    s->probe_state = 0;
+    if (nbd_aio_pread(h, s->probe_buf, len, 0, cb, 0) < 0) {
+        return -1;
+    }
+    while (s->probe_state == 0) {
+        int64_t left = deadline - clock_ns();
+
+        if (left <= 0) {
+            return INT64_MAX;
+        }
+        if (nbd_poll(h, MAX(left / 1000000, 1)) < 0) {
+            return -1;
+        }
+    }
+    return s->probe_state > 0 ? clock_ns() - start : -1;
+}
+
 void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
     int64_t best = INT64_MAX;
-    g_autofree void *buf = NULL;
 
     if (asked || s->nr_conns == 1) {
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
@@ -73,23 +116,23 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
     if (s->size < len) {
         return;
     }
-    buf = g_malloc(len);
+    s->probe_buf = g_malloc(len);
     for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
-        int64_t start = clock_ns();
+        int64_t t = nbdblk_probe_read(s, len);
 
-        if (nbd_pread(s->conns[0].h, buf, len, 0, 0) < 0) {
+        if (t < 0) {
             return;     /* a read error is the copy's business */
         }
-        best = MIN(best, clock_ns() - start);
-        if (best < NBDBLK_SPREAD_LATENCY_NS) {
-            break;      /* one fast answer is enough */
+        best = MIN(best, t);
+        if (best < NBDBLK_SPREAD_LATENCY_NS || t == INT64_MAX) {
+            break;      /* one fast answer is enough; no answer is slow */
         }
     }
     if (best >= NBDBLK_SPREAD_LATENCY_NS) {
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
     }
     g_debug("nbd: %s: idle read of %" PRId64 " bytes in %" PRId64 " us: "
-            "%s", s->display, len, best / 1000,
+            "%s", s->display, len, best == INT64_MAX ? -1 : best / 1000,
             s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
                                              : "one connection, then a trial");
 }

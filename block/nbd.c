@@ -3,10 +3,10 @@
  * and `info`.  Opening parses the URI (block/nbd-uri.c), connects one
  * handle synchronously (the control path may block), reads the export's
  * size, flags and block size constraints, and when the server advertises
- * multi-conn opens up to "connections" handles (default: one per CPU, at most 4;
- * with the default count only the first takes requests until the server
- * shows latency, block/nbd-spread.c).  From then on
- * every handle is driven asynchronously by its GSource on the main loop
+ * multi-conn opens up to "connections" handles (default: one per CPU, at
+ * most 4; with the default count only the first takes requests until the
+ * server shows latency, block/nbd-spread.c).  From then on every handle
+ * is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
  * Open options: connections=N (1..16).
@@ -169,6 +169,7 @@ static void nbdblk_close(BlockDriverState *bs)
         nbdblk_conn_close(&s->conns[i]);
     }
     nbdblk_drop_requests(s);
+    g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
     g_free(s->display);
 }

@@ -235,7 +235,7 @@ static void write_stream(BlockDriverState *bs, uint8_t *buf, int mib,
 /*
  * The default count against servers of known behaviour (nbd-spread.c):
  * a fast one starts on one connection and a trial decides; a read latency
- * of 10 ms spreads at open; a write latency of 50 ms (reads fast) spreads
+ * of 10 ms spreads at open, and so does a read that gets no answer; a write latency of 50 ms (reads fast) spreads
  * after the trial; a server that serialises every request gains nothing
  * from more connections and goes back to one.
  */
@@ -284,6 +284,22 @@ static void test_spread(void)
 
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+    }
+    {
+        /* A server that does not answer the probe: the open goes on after
+         * half a second, on all connections. */
+        g_autoptr(Server) mute = server_start("--filter=delay", "memory",
+                                              "64M", "delay-read=20", NULL);
+        gint64 start = g_get_monotonic_time();
+        g_autoptr(BlockDriverState) bs = must_open(mute->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_cmpint(g_get_monotonic_time() - start, <,
+                        5 * G_USEC_PER_SEC);
+        g_assert_true(nbdblk_spread_decided(bs));
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+        /* Writes still work, with the probe's read in flight. */
+        write_stream(bs, buf, 8, 64);
     }
     {
         g_autoptr(Server) slow = server_start("--filter=delay", "file", file,
