@@ -46,27 +46,29 @@ struct BufPool {
     bool huge;
 };
 
-/* The PMD huge page size the kernel uses for THP, or 0 without THP. */
+/* The PMD huge page size the kernel uses for THP, or 0 without THP; read
+ * once per process. */
 static size_t thp_size(void)
 {
-    static size_t cached = 1;
+    static gsize once;
+    static size_t size;
     FILE *f;
     unsigned long v;
 
-    if (cached != 1) {
-        return cached;
+    if (!g_once_init_enter(&once)) {
+        return size;
     }
-    cached = 0;
     f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
     if (f) {
         if (fscanf(f, "%lu", &v) == 1 && v && !(v & (v - 1))) {
-            cached = v;
+            size = v;
         }
         fclose(f);
     } else if (!access("/sys/kernel/mm/transparent_hugepage", F_OK)) {
-        cached = BUF_POOL_HPAGE_DEFAULT;
+        size = BUF_POOL_HPAGE_DEFAULT;
     }
-    return cached;
+    g_once_init_leave(&once, 1);
+    return size;
 }
 
 BufPool *buf_pool_new(size_t size, int count, size_t align)

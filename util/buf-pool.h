@@ -28,8 +28,8 @@ typedef struct BufPool BufPool;
 
 /*
  * A pool of @count buffers of @size bytes each, every one aligned to
- * @align (a power of two).  Reserves address space
- * only; memory is touched as buffers are used.  Huge pages are asked for
+ * @align (a power of two).  Reserves address space only; memory is
+ * touched as buffers are used.  Huge pages are asked for
  * unless QEMU_MIRROR_THP=off.  Aborts when the address space is not there,
  * as g_malloc() does.
  */
