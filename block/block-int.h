@@ -46,10 +46,11 @@ typedef struct BlockLimits {
     int64_t copy_transfer;
 
     /*
-     * Independent channels the driver spreads requests over (NBD: the
-     * connections in use), each with its own server-side workers; callers
-     * that size a window of requests in flight scale it by this.
-     * 0 = one.
+     * Independent channels the driver may spread requests over (NBD: the
+     * connections, counted twice against a latency-bound server), each
+     * with its own server-side workers; callers that size a window of
+     * requests in flight scale it by this (at most), and by
+     * get_active_channels() (now).  0 = one.
      */
     uint32_t channels;
 } BlockLimits;
@@ -106,6 +107,15 @@ struct BlockDriver {
 
     /* Optional.  Fill in the driver's limits; @bl starts at the defaults. */
     void (*refresh_limits)(BlockDriverState *bs, BlockLimits *bl);
+
+    /*
+     * Optional.  The channels taking requests now, 1..bl.channels, for a
+     * driver that starts on fewer than it opened and decides on the data
+     * path (NBD: one connection until the server shows it gains from
+     * more).  NULL: all of bl.channels.  Main loop; cheap, asked per
+     * request.
+     */
+    uint32_t (*get_active_channels)(BlockDriverState *bs);
 
     /* Optional.  Format details for `info`; may block. */
     bool (*get_info)(BlockDriverState *bs, BlockImageInfo *info,

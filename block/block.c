@@ -413,6 +413,16 @@ uint32_t bdrv_get_channels(BlockDriverState *bs)
     return MAX(bs->bl.channels, 1);
 }
 
+uint32_t bdrv_get_active_channels(BlockDriverState *bs)
+{
+    uint32_t max = bdrv_get_channels(bs);
+
+    if (!bs->drv->get_active_channels) {
+        return max;
+    }
+    return MIN(MAX(bs->drv->get_active_channels(bs), 1), max);
+}
+
 int64_t bdrv_get_copy_transfer(BlockDriverState *bs)
 {
     return bs->bl.copy_transfer;

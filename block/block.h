@@ -170,6 +170,10 @@ uint32_t bdrv_get_mem_alignment(BlockDriverState *bs);
 /* Independent request channels of @bs (BlockLimits.channels), at least 1. */
 uint32_t bdrv_get_channels(BlockDriverState *bs);
 
+/* The channels of @bs taking requests now, 1..bdrv_get_channels(); may
+ * change as the driver learns about its server.  Main loop. */
+uint32_t bdrv_get_active_channels(BlockDriverState *bs);
+
 /* Size of one copy operation that reads @bs, as its driver prefers
  * (BlockLimits.copy_transfer); 0 when it has no preference. */
 int64_t bdrv_get_copy_transfer(BlockDriverState *bs);

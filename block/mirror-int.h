@@ -71,7 +71,7 @@ struct MirrorJob {
     BlockdevOnError on_target_error;
     int64_t granularity;
     int64_t chunk_size;
-    int64_t buf_size;
+    int64_t buf_size;           /* the most the window grows to */
     int max_in_flight;
     int64_t sparse_size;
     bool compress;              /* compressed data writes */
@@ -93,7 +93,21 @@ struct MirrorJob {
     int in_flight;
     int64_t op_bytes_in_flight; /* COPY bytes: the buf-size budget */
 
-    /* COPY slots, at most max_bufs: pool buffers (buf_elem_size) or views */
+    /*
+     * The window now: defaults follow the channels of either end taking
+     * requests (mirror_window_refresh()), up to buf_size and max_in_flight;
+     * a value given stays.  Per channel: win_unit_bytes, win_unit_ops (0:
+     * given).
+     */
+    int64_t win_buf_size;
+    int win_max_in_flight;
+    int win_max_bufs;
+    int win_channels;
+    int64_t win_unit_bytes;
+    int win_unit_ops;
+
+    /* COPY slots, at most win_max_bufs (of max_bufs): pool buffers
+     * (buf_elem_size) or views */
     BufPool *bufs;
     int max_bufs;
     int64_t buf_elem_size;
@@ -171,6 +185,10 @@ extern const JobDriver mirror_job_driver;
 /* Start operations until a limit is reached, then see whether the job
  * changes state.  Every completion calls it. */
 void mirror_pump(MirrorJob *s);
+
+/* Size the window (win_*) for the channels of either end taking requests
+ * now; cheap when they did not change.  mirror-setup.c. */
+void mirror_window_refresh(MirrorJob *s);
 
 /* Pump later, from the main loop (for calls from outside the job). */
 void mirror_kick(MirrorJob *s);

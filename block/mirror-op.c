@@ -13,7 +13,7 @@
 
 #include <errno.h>
 
-/* ---- slots: at most max_bufs, each a pool buffer or a view ---- */
+/* ---- slots: at most win_max_bufs, each a pool buffer or a view ---- */
 
 /*
  * Smallest operation copied from a view.  A view costs an mmap, a munmap
@@ -41,7 +41,7 @@ static uint8_t *mirror_buf_get(MirrorJob *s)
 
 bool mirror_slot_get(MirrorJob *s, int64_t bytes, uint8_t **buf)
 {
-    if (mirror_slots_used(s) >= s->max_bufs) {
+    if (mirror_slots_used(s) >= s->win_max_bufs) {
         return false;
     }
     if (s->map_src && bytes >= MIRROR_MAP_MIN) {

@@ -304,10 +304,10 @@ bool mirror_issue_one(MirrorJob *s)
         method = MIRROR_METHOD_SKIP;
     }
     if (method == MIRROR_METHOD_COPY) {
-        int64_t avail = s->buf_size - s->op_bytes_in_flight;
+        int64_t avail = s->win_buf_size - s->op_bytes_in_flight;
 
         if (bytes > avail) {
-            /* Only when others are in flight: buf_size >= one buffer. */
+            /* Only when others are in flight: the window >= one buffer. */
             bytes = QEMU_ALIGN_DOWN(avail, g);
             if (bytes == 0) {
                 return false;

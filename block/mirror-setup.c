@@ -110,6 +110,31 @@ static int64_t mirror_default_chunk(BlockDriverState *src)
     return MIN(MAX(pref, MIRROR_MIN_CHUNK_SIZE), MIRROR_DEFAULT_CHUNK_SIZE);
 }
 
+void mirror_window_refresh(MirrorJob *s)
+{
+    int ch = MIN(MAX(bdrv_get_active_channels(s->src),
+                     bdrv_get_active_channels(s->dst)),
+                 MIRROR_MAX_WINDOW_CHANNELS);
+
+    if (ch == s->win_channels) {
+        return;
+    }
+    s->win_channels = ch;
+    s->win_buf_size = s->buf_size;
+    if (s->win_unit_bytes) {
+        s->win_buf_size = MIN(MAX(QEMU_ALIGN_UP(s->win_unit_bytes * ch,
+                                                s->granularity),
+                                  s->buf_elem_size),
+                              s->buf_size);
+    }
+    s->win_max_bufs = MAX(1, s->win_buf_size / s->buf_elem_size);
+    s->win_max_in_flight = s->win_unit_ops
+                           ? MIN(s->win_unit_ops * ch, s->max_in_flight)
+                           : s->max_in_flight;
+    g_debug("mirror: window for %d channel(s): %d operations, %" PRId64
+            " bytes", ch, s->win_max_in_flight, s->win_buf_size);
+}
+
 Job *mirror_job_new(const char *id, BlockDriverState *src,
                     BlockDriverState *dst, const MirrorParams *p,
                     GError **errp)
@@ -122,18 +147,21 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
      * The default window grows with the channels of either end: each NBD
      * connection has its own server workers (nbdkit: 16), and a window of
      * 16 requests spread over two connections left a 10 ms-latency target
-     * waiting (bench/nbd.sh W2: 0.96 s against 0.72 s with 32).
+     * waiting (bench/nbd.sh W2: 0.96 s against 0.72 s with 32).  These
+     * are its largest; it follows the channels taking requests
+     * (mirror_window_refresh()).
      */
     int channels = MIN(MAX(bdrv_get_channels(src), bdrv_get_channels(dst)),
                        MIRROR_MAX_WINDOW_CHANNELS);
-    int64_t buf_size = p->buf_size ? p->buf_size
-                                   : MIRROR_DEFAULT_BUF_SIZE * channels;
+    int64_t unit_bytes = p->buf_size ? 0 : MIRROR_DEFAULT_BUF_SIZE;
     /* Smaller default operations: more of them, the same bytes. */
-    int max_in_flight = p->max_in_flight
-                        ? p->max_in_flight
-                        : MIRROR_DEFAULT_MAX_IN_FLIGHT * channels *
-                          (p->chunk_size ? 1
-                                         : MIRROR_DEFAULT_CHUNK_SIZE / chunk);
+    int unit_ops = p->max_in_flight
+                   ? 0
+                   : MIRROR_DEFAULT_MAX_IN_FLIGHT *
+                     (p->chunk_size ? 1 : MIRROR_DEFAULT_CHUNK_SIZE / chunk);
+    int64_t buf_size = p->buf_size ? p->buf_size : unit_bytes * channels;
+    int max_in_flight = p->max_in_flight ? p->max_in_flight
+                                         : unit_ops * channels;
 
     if (!mirror_check_params(src, dst, p, granularity, chunk, buf_size,
                              max_in_flight, errp)) {
@@ -179,7 +207,11 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->max_bufs = MAX(1, s->buf_size / s->buf_elem_size);
     s->buf_align = MAX(MAX(bdrv_get_mem_alignment(src),
                            bdrv_get_mem_alignment(dst)), 4096);
+    /* Only the buffers the window uses are ever touched. */
     s->bufs = buf_pool_new(s->buf_elem_size, s->max_bufs, s->buf_align);
+    s->win_unit_bytes = unit_bytes;
+    s->win_unit_ops = unit_ops;
+    mirror_window_refresh(s);
     /*
      * Between two in-memory files a COPY is one pool job that reads and
      * writes (bdrv_aio_copy); views stay for the other cases, where they
@@ -212,8 +244,8 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .in_flight = s->in_flight,
         .granularity = s->granularity,
         .chunk_size = s->chunk_size,
-        .buf_size = s->buf_size,
-        .max_in_flight = s->max_in_flight,
+        .buf_size = s->win_buf_size,
+        .max_in_flight = s->win_max_in_flight,
         .dirty_rate = s->dirty ? dirty_bitmap_rate(s->dirty, now) : 0,
         .copy_rate = rate_meter_get(&s->copy_rate, now),
         .eta_ms = -1,

@@ -95,7 +95,7 @@ static bool mirror_can_issue(MirrorJob *s)
     return !s->finished && s->ret == 0 && !job_is_cancelled(&s->common) &&
            g_queue_is_empty(&s->active_waiting) &&
            !job_should_pause(&s->common) && !s->status_pending &&
-           !s->rate_timer && s->in_flight < s->max_in_flight &&
+           !s->rate_timer && s->in_flight < s->win_max_in_flight &&
            !s->flush_in_flight;
 }
 
@@ -112,6 +112,7 @@ void mirror_pump(MirrorJob *s)
         return;
     }
     s->pumping = true;
+    mirror_window_refresh(s);
     while (mirror_can_issue(s) && mirror_issue_one(s)) {
         /* keep going */
     }

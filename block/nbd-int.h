@@ -92,6 +92,7 @@ struct NbdBlkState {
     int nr_conns;
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;
+    bool latency_bound;         /* the open-time probe was slow */
     int64_t trial_bytes;        /* completed in the current phase */
     int64_t trial_start_ns;     /* when the current phase began */
     double trial_rate_one;      /* bytes per ns of the one-connection window */
@@ -152,10 +153,11 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 /* ---- nbd-spread.c: which connections take requests ---- */
 
 /*
- * At open, once every connection is made (blocking): with @asked (the
- * count was given) all take requests; otherwise only the first, unless an
- * idle read of one block at offset 0 shows the server's latency, and a
- * trial on the data path decides later.
+ * At open, once every connection is made (blocking): an idle read of one
+ * block at offset 0 sets s->latency_bound when it shows the server's
+ * latency.  With @asked (the count was given) or a latency-bound server,
+ * all connections take requests; otherwise only the first, and a trial on
+ * the data path decides later.
  */
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 

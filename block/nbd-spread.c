@@ -13,13 +13,17 @@
  * one look alike (a deep queue and long waits either way), so the driver
  * measures instead of guessing:
  *
+ * - At open, an idle read of one block at offset 0 (a second one if the
+ *   first was slow; two sent at once both met a new connection's first
+ *   stall, near 2 ms on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or
+ *   more both times (a remote server, a delay filter), the server is
+ *   latency-bound.  Every connection takes requests from the start, and
+ *   the node asks for a window twice as deep (nbd.c, BlockLimits.channels)
+ *   so that a request waits queued behind each busy server worker.  A
+ *   stall that fooled it would only give the old default, all
+ *   connections; each try costs the server's latency once.
  * - A count asked for (connections=N) is used from the start, as is one
  *   connection.
- * - At open, an idle read of one block at offset 0 (a second one if the
- *   first was slow): at NBDBLK_SPREAD_LATENCY_NS or more both times (a
- *   remote server, a delay filter), every connection takes requests from
- *   the start.  A stall that fooled it would only give the old default,
- *   all connections; each try costs the server's latency once.
  * - Otherwise a trial: after NBDBLK_TRIAL_WARMUP bytes of reads and writes
  *   on the first connection, NBDBLK_TRIAL_BYTES more on it are timed, then
  *   as many spread over all; all stay only if that was at least
@@ -107,34 +111,35 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
     int64_t best = INT64_MAX;
+    bool probed = false;
 
-    if (asked || s->nr_conns == 1) {
-        nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
-        return;
-    }
-    nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP, 1);
-    if (s->size < len) {
-        return;
-    }
-    s->probe_buf = g_malloc(len);
-    for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
-        int64_t t = nbdblk_probe_read(s, len);
+    if (s->size >= len) {
+        s->probe_buf = g_malloc(len);
+        for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
+            int64_t t = nbdblk_probe_read(s, len);
 
-        if (t < 0) {
-            return;     /* a read error is the copy's business */
-        }
-        best = MIN(best, t);
-        if (best < NBDBLK_SPREAD_LATENCY_NS || t == INT64_MAX) {
-            break;      /* one fast answer is enough; no answer is slow */
+            if (t < 0) {
+                break;  /* a read error is the copy's business */
+            }
+            probed = true;
+            best = MIN(best, t);
+            if (best < NBDBLK_SPREAD_LATENCY_NS || t == INT64_MAX) {
+                break;  /* one fast answer is enough; no answer is slow */
+            }
         }
     }
-    if (best >= NBDBLK_SPREAD_LATENCY_NS) {
+    s->latency_bound = probed && best >= NBDBLK_SPREAD_LATENCY_NS;
+    if (asked || s->nr_conns == 1 || s->latency_bound) {
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
+    } else {
+        nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP, 1);
     }
     g_debug("nbd: %s: idle read of %" PRId64 " bytes in %" PRId64 " us: "
-            "%s", s->display, len, best == INT64_MAX ? -1 : best / 1000,
-            s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
-                                             : "one connection, then a trial");
+            "%s", s->display, len,
+            !probed || best == INT64_MAX ? -1 : best / 1000,
+            s->latency_bound ? "latency-bound: all connections, window x2"
+            : s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
+                                               : "one connection, then a trial");
 }
 
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)

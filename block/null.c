@@ -31,6 +31,7 @@ typedef struct NullState {
     uint32_t align;
     int64_t max_transfer;
     int64_t channels;           /* BlockLimits.channels */
+    int64_t active_channels;    /* get_active_channels(); 0: all */
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
@@ -106,6 +107,8 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
         !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
         !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
+        !fault_opt_size(opts, "null", "active-channels", 0,
+                        &s->active_channels, errp) ||
         !fault_opt_size(opts, "null", "copy-transfer", 0, &s->copy_transfer,
                         errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
@@ -159,6 +162,13 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->max_transfer = s->max_transfer;
     bl->channels = MIN(s->channels, 64);
     bl->copy_transfer = s->copy_transfer;
+}
+
+static uint32_t null_get_active_channels(BlockDriverState *bs)
+{
+    NullState *s = bs->opaque;
+
+    return MIN(s->active_channels ? s->active_channels : s->channels, 64);
 }
 
 /* ---- requests ---- */
@@ -368,6 +378,7 @@ const BlockDriver bdrv_null = {
     .close              = null_close,
     .get_length         = null_get_length,
     .refresh_limits     = null_refresh_limits,
+    .get_active_channels = null_get_active_channels,
     .aio_preadv         = null_aio_preadv,
     .aio_pwritev        = null_aio_pwritev,
     .aio_pwrite_zeroes  = null_aio_pwrite_zeroes,

@@ -10,6 +10,7 @@
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
  *   channels=N           request channels it claims, like NBD connections (1)
+ *   active-channels=N    of which take requests now (default: all)
  *   copy-transfer=SIZE   the copy operation size it prefers, like NBD (none)
  *   zeroes=on|off        support write-zeroes (default on)
  *   extents=data|zero|alternate:SIZE

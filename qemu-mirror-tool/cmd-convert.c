@@ -234,7 +234,7 @@ int cmd_convert(int argc, char **argv)
         { "oob-writes", 'W', 0, G_OPTION_ARG_NONE, &o.oob_writes,
           "allow out-of-order writes (default: in offset order)", NULL },
         { "parallel", 'm', 0, G_OPTION_ARG_STRING, &o.parallel,
-          "operations in flight, 1..1024 (default 16 per NBD connection; see docs)", "N" },
+          "operations in flight, 1..1024 (default 16 per active NBD connection; see docs)", "N" },
         { "sparse-size", 'S', 0, G_OPTION_ARG_STRING, &o.sparse,
           "zero runs of at least SIZE become holes (default 4K; 0: fully "
           "allocate)", "SIZE" },

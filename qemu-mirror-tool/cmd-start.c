@@ -248,7 +248,7 @@ int cmd_start(int argc, char **argv)
         { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &o.chunk_size,
           "largest single I/O, power of 2 in 4K..64M (default 1M; 256K from an NBD source)", "SIZE" },
         { "max-in-flight", 0, 0, G_OPTION_ARG_STRING, &o.max_in_flight,
-          "operations in flight, 1..1024 (default 16 per NBD connection; see docs)", "N" },
+          "operations in flight, 1..1024 (default 16 per active NBD connection; see docs)", "N" },
         { "speed", 0, 0, G_OPTION_ARG_STRING, &o.speed,
           "copy at most RATE bytes per second (default: unlimited)",
           "RATE" },

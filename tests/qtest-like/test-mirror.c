@@ -117,7 +117,7 @@ static void test_limits_buf_size(void)
 
 /*
  * Left at their defaults, max-in-flight and buf-size grow with the request
- * channels (NBD connections) of either end, up to four.  A source whose
+ * channels (NBD connections) of either end taking requests, up to four.  A source whose
  * driver prefers smaller copy operations (NBD: 256 KiB) sets the default
  * chunk-size, and the default max-in-flight grows to keep the bytes in
  * flight; an explicit chunk-size keeps max-in-flight at 16.
@@ -138,6 +138,13 @@ static void test_limits_window(void)
           0, 32, 32 * MiB, MiB },
         { "null:size=128M", "null:size=128M,latency-ns=2000000,channels=9",
           0, 64, 64 * MiB, MiB },
+        /* Four opened, one taking requests: one channel's window. */
+        { "null:size=128M",
+          "null:size=128M,latency-ns=2000000,channels=4,active-channels=1",
+          0, 16, 16 * MiB, MiB },
+        { "null:size=128M,channels=4,active-channels=3",
+          "null:size=128M,latency-ns=2000000,channels=2",
+          0, 48, 48 * MiB, MiB },
         { "null:size=128M,copy-transfer=256K",
           "null:size=128M,latency-ns=2000000", 0, 64, 16 * MiB, 256 * KiB },
         { "null:size=128M,copy-transfer=256K",

@@ -133,9 +133,10 @@ static void test_multi_conn(void)
         /* Asked for: all connections from the start, for good. */
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 2);
         g_assert_true(nbdblk_spread_decided(bs));
-        /* Requests spread over the connections. */
+        /* Requests spread over the connections (at 1 MiB and up: the
+         * open-time probe of each open reads offset 0). */
         for (int i = 0; i < 16; i++) {
-            bdrv_aio_pread(bs, i * 4096, 4096, bufs[i], 0, pending_cb,
+            bdrv_aio_pread(bs, MiB + i * 4096, 4096, bufs[i], 0, pending_cb,
                            &p[i]);
         }
         run_until_all(p, 16, 60);
@@ -146,7 +147,9 @@ static void test_multi_conn(void)
             g_autofree char *needle = g_strdup_printf("connection=%d Read "
                                                       "id=", c);
 
-            used += count_lines(log, (const char *[]){ needle, NULL }) > 0;
+            used += count_lines(log, (const char *[]){ needle,
+                                                       "offset=0x10",
+                                                       NULL }) > 0;
         }
         g_assert_cmpint(used, ==, 2);
     }
@@ -235,9 +238,10 @@ static void write_stream(BlockDriverState *bs, uint8_t *buf, int mib,
 /*
  * The default count against servers of known behaviour (nbd-spread.c):
  * a fast one starts on one connection and a trial decides; a read latency
- * of 10 ms spreads at open, and so does a read that gets no answer; a write latency of 50 ms (reads fast) spreads
- * after the trial; a server that serialises every request gains nothing
- * from more connections and goes back to one.
+ * of 10 ms spreads at open and doubles the window's channels, and so does
+ * a read that gets no answer; a write latency of 100 ms (reads fast)
+ * spreads after the trial; a server that serialises every request gains
+ * nothing from more connections and goes back to one.
  */
 static void test_spread(void)
 {
@@ -264,8 +268,12 @@ static void test_spread(void)
             /* Only if both idle 4 KiB reads took 2 ms or more. */
             g_test_message("fast server looked slow at open");
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+            g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
         } else {
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+            g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
+            /* The window follows the one connection taking requests. */
+            g_assert_cmpuint(bdrv_get_active_channels(bs), ==, 1);
             /* Too few bytes for the trial: still one. */
             write_stream(bs, buf, 32, 64);
             g_assert_false(nbdblk_spread_decided(bs));
@@ -284,6 +292,20 @@ static void test_spread(void)
 
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+        /* A request queued behind each busy server worker. */
+        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
+        g_assert_cmpuint(bdrv_get_active_channels(bs), ==, 2 * n);
+    }
+    {
+        /* A count asked for is kept; the window still deepens. */
+        g_autoptr(Server) slow = server_start("--filter=delay", "memory",
+                                              "64M", "delay-read=10ms",
+                                              NULL);
+        g_autoptr(BlockDriverState) bs = must_open(slow->uri, BDRV_O_RDWR,
+                                                   "1");
+
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
+        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2);
     }
     {
         /* A server that does not answer the probe: the open goes on after
@@ -298,7 +320,8 @@ static void test_spread(void)
                         5 * G_USEC_PER_SEC);
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
-        /* Writes still work, with the probe's read in flight. */
+        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
+        /* Writes still work, with the probe's reads in flight. */
         write_stream(bs, buf, 8, 64);
     }
     {
@@ -309,11 +332,13 @@ static void test_spread(void)
 
         g_assert_false(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+        g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
         /* Server workers come per connection: with 32 writes of 100 ms in
          * flight, two connections moved 1.6-1.8x what one did. */
         write_stream(bs, buf, 256, 64);
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
+        g_assert_cmpuint(bdrv_get_active_channels(bs), ==, n);
     }
     {
         g_autoptr(Server) serial = server_start("--filter=noparallel",
