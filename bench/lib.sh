@@ -67,21 +67,24 @@ prefault() {
 }
 
 # Rows: LABEL[i], CMD[i] (word-split command prefix), LIMIT[i] (RSS limit in
-# bytes, buf-size + 32 MiB, for mirror-tool rows; empty for peers).
-LABEL=() CMD=() LIMIT=()
+# bytes, buf-size + 32 MiB, for mirror-tool rows; empty for peers),
+# BUFDEF[i] (1: a mirror-tool row with the default buf-size, which grows
+# with the NBD channels taking requests: nbd.sh reads what it became).
+LABEL=() CMD=() LIMIT=() BUFDEF=()
 add_row() {
-    local label=$1 cmd buf=$DEFAULT_BUF w prev=
+    local label=$1 cmd buf=$DEFAULT_BUF w prev= def=1
     cmd=$(echo $2)               # squeeze spaces (no globs in options)
     LABEL+=("$label") CMD+=("$cmd")
     if [[ $cmd == "$MT "* ]]; then
         for w in $cmd; do          # last --buf-size wins
-            [[ $prev == --buf-size ]] && buf=$w
-            [[ $w == --buf-size=* ]] && buf=${w#--buf-size=}
+            [[ $prev == --buf-size ]] && buf=$w def=0
+            [[ $w == --buf-size=* ]] && buf=${w#--buf-size=} def=0
             prev=$w
         done
         LIMIT+=($(($(to_bytes "$buf") + 32 * MiB)))
+        BUFDEF+=("$def")
     else
-        LIMIT+=("")
+        LIMIT+=("") BUFDEF+=(0)
     fi
 }
 

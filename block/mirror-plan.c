@@ -307,8 +307,9 @@ bool mirror_issue_one(MirrorJob *s)
         int64_t avail = s->win_buf_size - s->op_bytes_in_flight;
 
         if (bytes > avail) {
-            /* Only when others are in flight: the window >= one buffer. */
-            bytes = QEMU_ALIGN_DOWN(avail, g);
+            /* Only when others are in flight: the window >= one buffer.
+             * A window that just shrank may be overdrawn. */
+            bytes = avail > 0 ? QEMU_ALIGN_DOWN(avail, g) : 0;
             if (bytes == 0) {
                 return false;
             }

@@ -32,6 +32,7 @@ typedef struct NullState {
     int64_t max_transfer;
     int64_t channels;           /* BlockLimits.channels */
     int64_t active_channels;    /* get_active_channels(); 0: all */
+    int64_t active_after;       /* ... from this many bytes written */
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
@@ -109,6 +110,8 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
         !fault_opt_size(opts, "null", "active-channels", 0,
                         &s->active_channels, errp) ||
+        !fault_opt_size(opts, "null", "active-channels-after", 0,
+                        &s->active_after, errp) ||
         !fault_opt_size(opts, "null", "copy-transfer", 0, &s->copy_transfer,
                         errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
@@ -168,7 +171,10 @@ static uint32_t null_get_active_channels(BlockDriverState *bs)
 {
     NullState *s = bs->opaque;
 
-    return MIN(s->active_channels ? s->active_channels : s->channels, 64);
+    bool now = s->active_channels &&
+               s->shared->stats.bytes[NULL_OP_WRITE] >= (uint64_t)s->active_after;
+
+    return MIN(now ? s->active_channels : s->channels, 64);
 }
 
 /* ---- requests ---- */

@@ -10,7 +10,10 @@
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
  *   channels=N           request channels it claims, like NBD connections (1)
- *   active-channels=N    of which take requests now (default: all)
+ *   active-channels=N    of which take requests (default: all) ...
+ *   active-channels-after=SIZE
+ *                        ... once SIZE bytes were written (default 0), all
+ *                        before: a window that shrinks mid-job
  *   copy-transfer=SIZE   the copy operation size it prefers, like NBD (none)
  *   zeroes=on|off        support write-zeroes (default on)
  *   extents=data|zero|alternate:SIZE

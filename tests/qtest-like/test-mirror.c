@@ -145,6 +145,11 @@ static void test_limits_window(void)
         { "null:size=128M,channels=4,active-channels=3",
           "null:size=128M,latency-ns=2000000,channels=2",
           0, 48, 48 * MiB, MiB },
+        /* Four until 32 MiB are written, then one: the window shrinks
+         * below what is in flight, and drains down to it. */
+        { "null:size=128M",
+          "null:size=128M,latency-ns=2000000,channels=4,active-channels=1,"
+          "active-channels-after=32M", 0, 64, 64 * MiB, MiB },
         { "null:size=128M,copy-transfer=256K",
           "null:size=128M,latency-ns=2000000", 0, 64, 16 * MiB, 256 * KiB },
         { "null:size=128M,copy-transfer=256K",
