@@ -14,6 +14,11 @@
 #       `file` export of a pre-touched file in /dev/shm, behind
 #       `--filter=delay delay-write=10ms delay-read=10ms`;
 #   W3  2 GiB of random data into the same `file` export, without delay.
+# On W2 and W3 two "floor" rows run bench/nbd-floor.c (built with cc; FLOOR=0
+# drops them): the file written in 1 MiB requests, 16 in flight, by a bare
+# client with no library, read into one buffer and sent ("read"), or moved
+# with splice(2) without a copy on the client's side ("splice").  What the
+# kernel and nbdkit allow; not a peer, no verdict is taken on them.
 # Methodology as in bench/convert.sh: before every W2/W3 run (untimed) the
 # target is re-created from a random template with `cp --sparse=never` and
 # after it `cmp` checks it against the source; one untimed warm-up round
@@ -67,6 +72,8 @@ trap 'exit 130' INT TERM
 RES=$SCRATCH/results.tsv        # workload row wall cpu rss_kib cpu+srv load1
 FAILS=$SCRATCH/fails.tsv        # workload row reason
 declare -A WINBUF=()            # workload,row: largest default window, bytes
+FLOORS=                         # rows of bench/nbd-floor.c: no peers
+is_floor() { [[ " $FLOORS " == *" $1 "* ]]; }
 STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
 : >"$RES"; : >"$FAILS"; : >"$STATS"
 # Test a private copy: a rebuild during the run must not change the binary.
@@ -78,6 +85,14 @@ if [[ $MODE == compare ]]; then
     add_row "mirror-tool -W" "$MT convert -n -W $BUFOPT"
     add_row "mirror-tool" "$MT convert -n $BUFOPT"
     add_extra_rows "mirror-tool -W" "$MT convert -n -W $BUFOPT"
+    if [[ ${FLOOR:-1} != 0 ]]; then
+        need cc
+        cc -O2 -pthread -o "$SCRATCH/nbd-floor" "$ROOT/bench/nbd-floor.c" ||
+            die "cannot build bench/nbd-floor.c"
+        FLOORS="${#LABEL[@]} $((${#LABEL[@]} + 1))"
+        add_row "floor: read + send (bench/nbd-floor.c)" "$SCRATCH/nbd-floor read"
+        add_row "floor: splice (bench/nbd-floor.c)" "$SCRATCH/nbd-floor splice"
+    fi
     add_row "nbdcopy" "nbdcopy"
     add_row "qemu-img" "qemu-img convert -n -W -m 16 -f raw -O raw"
 else
@@ -123,6 +138,8 @@ stats_summary() {
 run_one() {
     local wl=$1 row=$2 timed=$3 t0 t1 rc=0 e u s m u2 s2 inner src dst
     local -a server filt=() sargs=()
+    # The floor writes a local file: W1's source is an NBD export.
+    if is_floor "$row" && [[ $wl == W1 ]]; then return 0; fi
     read -ra server <<<"$(server_args "$wl")"
     [[ -n $NBDKIT_THREADS ]] && filt+=(--threads "$NBDKIT_THREADS")
     # shellcheck disable=SC2016 # $uri is for nbdkit's --run shell
@@ -204,6 +221,7 @@ report() {
     for ((k = 0; k < NROWS; k++)); do
         MA[k]=$(col "$wl" "$k" 6 | median)
         [[ -z ${LIMIT[k]} && ${MW[k]} != nan ]] || continue
+        ! is_floor "$k" || continue
         if ((best < 0)) || gt "${MW[best]}" "${MW[k]}"; then best=$k; fi
     done
     if [[ $MODE == compare ]]; then
