@@ -47,12 +47,18 @@ typedef struct BlockLimits {
 
     /*
      * Independent channels the driver may spread requests over (NBD: the
-     * connections, counted twice against a latency-bound server), each
-     * with its own server-side workers; callers that size a window of
-     * requests in flight scale it by this (at most), and by
-     * get_active_channels() (now).  0 = one.
+     * connections), each with its own server-side workers; callers that
+     * size a window of requests in flight scale it by this (at most), and
+     * by get_active_channels() (now).  0 = one.
      */
     uint32_t channels;
+
+    /*
+     * Bytes in flight per channel that keep the node busy without more:
+     * its latency times what it moves.  Callers that size a window use it
+     * in place of their default.  0 = no opinion.
+     */
+    int64_t window_bytes;
 } BlockLimits;
 
 struct BlockDriver {

@@ -413,6 +413,11 @@ uint32_t bdrv_get_channels(BlockDriverState *bs)
     return MAX(bs->bl.channels, 1);
 }
 
+int64_t bdrv_get_window_bytes(BlockDriverState *bs)
+{
+    return bs->bl.window_bytes;
+}
+
 uint32_t bdrv_get_active_channels(BlockDriverState *bs)
 {
     uint32_t max = bdrv_get_channels(bs);

@@ -174,6 +174,10 @@ uint32_t bdrv_get_channels(BlockDriverState *bs);
  * change as the driver learns about its server.  Main loop. */
 uint32_t bdrv_get_active_channels(BlockDriverState *bs);
 
+/* Bytes in flight per channel that keep @bs busy
+ * (BlockLimits.window_bytes); 0 when the driver has no opinion. */
+int64_t bdrv_get_window_bytes(BlockDriverState *bs);
+
 /* Size of one copy operation that reads @bs, as its driver prefers
  * (BlockLimits.copy_transfer); 0 when it has no preference. */
 int64_t bdrv_get_copy_transfer(BlockDriverState *bs);

@@ -147,21 +147,34 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
      * The default window grows with the channels of either end: each NBD
      * connection has its own server workers (nbdkit: 16), and a window of
      * 16 requests spread over two connections left a 10 ms-latency target
-     * waiting (bench/nbd.sh W2: 0.96 s against 0.72 s with 32).  These
-     * are its largest; it follows the channels taking requests
-     * (mirror_window_refresh()).
+     * waiting (bench/nbd.sh W2: 0.96 s against 0.72 s with 32).  Per
+     * channel it is QEMU's 16 MiB, or what an end asks for
+     * (window_bytes) when neither buf-size nor max-in-flight was given:
+     * one given keeps the other at QEMU's.  These are its largest; it
+     * follows the channels taking requests (mirror_window_refresh()).
      */
     int channels = MIN(MAX(bdrv_get_channels(src), bdrv_get_channels(dst)),
                        MIRROR_MAX_WINDOW_CHANNELS);
-    int64_t unit_bytes = p->buf_size ? 0 : MIRROR_DEFAULT_BUF_SIZE;
-    /* Smaller default operations: more of them, the same bytes. */
+    int64_t asked = MAX(bdrv_get_window_bytes(src),
+                        bdrv_get_window_bytes(dst));
+    int64_t unit = asked > 0 && !p->buf_size && !p->max_in_flight
+                   ? MIN(asked, MIRROR_MAX_WINDOW_BYTES)
+                   : MIRROR_DEFAULT_BUF_SIZE;
+    int64_t unit_bytes = p->buf_size ? 0 : unit;
+    /* As many operations as fill it; 16 for QEMU's 16 MiB of 1 MiB ones.
+     * Smaller default operations: more of them, the same bytes. */
     int unit_ops = p->max_in_flight
                    ? 0
-                   : MIRROR_DEFAULT_MAX_IN_FLIGHT *
-                     (p->chunk_size ? 1 : MIRROR_DEFAULT_CHUNK_SIZE / chunk);
-    int64_t buf_size = p->buf_size ? p->buf_size : unit_bytes * channels;
-    int max_in_flight = p->max_in_flight ? p->max_in_flight
-                                         : unit_ops * channels;
+                   : MAX(unit / (p->chunk_size ? MIRROR_DEFAULT_CHUNK_SIZE
+                                               : chunk), 1);
+    int64_t buf_size = p->buf_size
+                       ? p->buf_size
+                       : MIN(unit_bytes * channels, MIRROR_MAX_WINDOW_BYTES);
+    int max_in_flight = p->max_in_flight
+                        ? p->max_in_flight
+                        : (int)MIN((int64_t)unit_ops * channels,
+                                   MAX((int64_t)unit_ops *
+                                       MIRROR_MAX_WINDOW_BYTES / unit, 1));
 
     if (!mirror_check_params(src, dst, p, granularity, chunk, buf_size,
                              max_in_flight, errp)) {

@@ -28,6 +28,8 @@
 #define MIRROR_MAX_IN_FLIGHT_LIMIT   1024
 /* The default window is scaled by at most this many channels. */
 #define MIRROR_MAX_WINDOW_CHANNELS   4
+/* ... and the default window at most this many bytes. */
+#define MIRROR_MAX_WINDOW_BYTES      (64 << 20)
 #define MIRROR_MIN_GRANULARITY       512
 #define MIRROR_MAX_GRANULARITY       (64 << 20)
 #define MIRROR_MIN_CHUNK_SIZE        (4 << 10)

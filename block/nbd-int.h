@@ -31,6 +31,10 @@
 /* Cap on zero, trim and block status lengths (NBD lengths are 32 bit). */
 #define NBDBLK_MAX_LENGTH     (1LL << 31)
 
+/* BlockLimits.window_bytes, per connection (nbd.c). */
+#define NBDBLK_WINDOW_FAST    (8 * 1024 * 1024)
+#define NBDBLK_WINDOW_LATENCY (32 * 1024 * 1024)
+
 typedef struct NbdBlkState NbdBlkState;
 typedef struct NbdBlkConn NbdBlkConn;
 

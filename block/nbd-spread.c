@@ -18,8 +18,8 @@
  *   stall, near 2 ms on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or
  *   more both times (a remote server, a delay filter), the server is
  *   latency-bound.  Every connection takes requests from the start, and
- *   the node asks for a window twice as deep (nbd.c, BlockLimits.channels)
- *   so that a request waits queued behind each busy server worker.  A
+ *   the node asks for a window twice QEMU's (nbd.c, window_bytes) so that
+ *   a request waits queued behind each busy server worker.  A
  *   stall that fooled it would only give the old default, all
  *   connections; each try costs the server's latency once.
  * - A count asked for (connections=N) is used from the start, as is one
@@ -137,7 +137,7 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
     g_debug("nbd: %s: idle read of %" PRId64 " bytes in %" PRId64 " us: "
             "%s", s->display, len,
             !probed || best == INT64_MAX ? -1 : best / 1000,
-            s->latency_bound ? "latency-bound: all connections, window x2"
+            s->latency_bound ? "latency-bound: all connections, deep window"
             : s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
                                                : "one connection, then a trial");
 }

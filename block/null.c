@@ -33,6 +33,7 @@ typedef struct NullState {
     int64_t channels;           /* BlockLimits.channels */
     int64_t active_channels;    /* get_active_channels(); 0: all */
     int64_t active_after;       /* ... from this many bytes written */
+    int64_t window_bytes;       /* BlockLimits.window_bytes */
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
@@ -112,6 +113,7 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
                         &s->active_channels, errp) ||
         !fault_opt_size(opts, "null", "active-channels-after", 0,
                         &s->active_after, errp) ||
+        !fault_opt_size(opts, "null", "window", 0, &s->window_bytes, errp) ||
         !fault_opt_size(opts, "null", "copy-transfer", 0, &s->copy_transfer,
                         errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
@@ -165,6 +167,7 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->max_transfer = s->max_transfer;
     bl->channels = MIN(s->channels, 64);
     bl->copy_transfer = s->copy_transfer;
+    bl->window_bytes = s->window_bytes;
 }
 
 static uint32_t null_get_active_channels(BlockDriverState *bs)

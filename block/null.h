@@ -10,6 +10,8 @@
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
  *   channels=N           request channels it claims, like NBD connections (1)
+ *   window=SIZE          bytes in flight per channel it asks for, like NBD
+ *                        (BlockLimits.window_bytes; default none)
  *   active-channels=N    of which take requests (default: all) ...
  *   active-channels-after=SIZE
  *                        ... once SIZE bytes were written (default 0), all

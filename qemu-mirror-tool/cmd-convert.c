@@ -234,7 +234,7 @@ int cmd_convert(int argc, char **argv)
         { "oob-writes", 'W', 0, G_OPTION_ARG_NONE, &o.oob_writes,
           "allow out-of-order writes (default: in offset order)", NULL },
         { "parallel", 'm', 0, G_OPTION_ARG_STRING, &o.parallel,
-          "operations in flight, 1..1024 (default 16 per active NBD connection; see docs)", "N" },
+          "operations in flight, 1..1024 (default: as many as fill the window; see docs)", "N" },
         { "sparse-size", 'S', 0, G_OPTION_ARG_STRING, &o.sparse,
           "zero runs of at least SIZE become holes (default 4K; 0: fully "
           "allocate)", "SIZE" },
@@ -249,7 +249,7 @@ int cmd_convert(int argc, char **argv)
         { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &o.chunk_size,
           "largest single I/O, power of 2 in 4K..64M (default 1M; 256K from an NBD source)", "SIZE" },
         { "buf-size", 0, 0, G_OPTION_ARG_STRING, &o.buf_size,
-          "bytes of data in flight (default 16M)", "SIZE" },
+          "bytes of data in flight (default 16M; NBD ends: see docs)", "SIZE" },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per end when the server allows multi-conn, "
           "1..16 (default: CPUs up to 4)", "N" },

@@ -244,11 +244,11 @@ int cmd_start(int argc, char **argv)
           "dirty bitmap granularity, power of 2 in 512..64M (default: "
           "the target's cluster size in 4K..64K, else 64K)", "SIZE" },
         { "buf-size", 0, 0, G_OPTION_ARG_STRING, &o.buf_size,
-          "bytes of data in flight (default 16M)", "SIZE" },
+          "bytes of data in flight (default 16M; NBD ends: see docs)", "SIZE" },
         { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &o.chunk_size,
           "largest single I/O, power of 2 in 4K..64M (default 1M; 256K from an NBD source)", "SIZE" },
         { "max-in-flight", 0, 0, G_OPTION_ARG_STRING, &o.max_in_flight,
-          "operations in flight, 1..1024 (default 16 per active NBD connection; see docs)", "N" },
+          "operations in flight, 1..1024 (default: as many as fill the window; see docs)", "N" },
         { "speed", 0, 0, G_OPTION_ARG_STRING, &o.speed,
           "copy at most RATE bytes per second (default: unlimited)",
           "RATE" },

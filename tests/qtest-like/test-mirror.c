@@ -117,7 +117,8 @@ static void test_limits_buf_size(void)
 
 /*
  * Left at their defaults, max-in-flight and buf-size grow with the request
- * channels (NBD connections) of either end taking requests, up to four.  A source whose
+ * channels (NBD connections) of either end taking requests, up to four,
+ * from QEMU's 16 and 16 MiB per channel or the window an end asks for.  A source whose
  * driver prefers smaller copy operations (NBD: 256 KiB) sets the default
  * chunk-size, and the default max-in-flight grows to keep the bytes in
  * flight; an explicit chunk-size keeps max-in-flight at 16.
@@ -145,6 +146,20 @@ static void test_limits_window(void)
         { "null:size=128M,channels=4,active-channels=3",
           "null:size=128M,latency-ns=2000000,channels=2",
           0, 48, 48 * MiB, MiB },
+        /* An end that asks for its window per channel (NBD: 8 MiB against
+         * a fast server, 32 MiB against a latency-bound one). */
+        { "null:size=128M",
+          "null:size=128M,latency-ns=2000000,channels=2,window=8M",
+          0, 16, 16 * MiB, MiB },
+        { "null:size=128M",
+          "null:size=128M,latency-ns=2000000,channels=2,window=32M",
+          0, 64, 64 * MiB, MiB },
+        { "null:size=128M,copy-transfer=256K,window=8M",
+          "null:size=128M,latency-ns=2000000", 0, 32, 8 * MiB, 256 * KiB },
+        /* At most 64 MiB, however many channels ask. */
+        { "null:size=128M",
+          "null:size=128M,latency-ns=2000000,channels=4,window=32M",
+          0, 64, 64 * MiB, MiB },
         /* Four until 32 MiB are written, then one: the window shrinks
          * below what is in flight, and drains down to it. */
         { "null:size=128M",

@@ -238,8 +238,8 @@ static void write_stream(BlockDriverState *bs, uint8_t *buf, int mib,
 /*
  * The default count against servers of known behaviour (nbd-spread.c):
  * a fast one starts on one connection and a trial decides; a read latency
- * of 10 ms spreads at open and doubles the window's channels, and so does
- * a read that gets no answer; a write latency of 100 ms (reads fast)
+ * of 10 ms spreads at open and asks for a deep window, and so does a read
+ * that gets no answer; a write latency of 100 ms (reads fast)
  * spreads after the trial; a server that serialises every request gains
  * nothing from more connections and goes back to one.
  */
@@ -268,10 +268,11 @@ static void test_spread(void)
             /* Only if both idle 4 KiB reads took 2 ms or more. */
             g_test_message("fast server looked slow at open");
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
-            g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
+            g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
         } else {
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
             g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
+            g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 8 * MiB);
             /* The window follows the one connection taking requests. */
             g_assert_cmpuint(bdrv_get_active_channels(bs), ==, 1);
             /* Too few bytes for the trial: still one. */
@@ -293,8 +294,8 @@ static void test_spread(void)
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
         /* A request queued behind each busy server worker. */
-        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
-        g_assert_cmpuint(bdrv_get_active_channels(bs), ==, 2 * n);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
+        g_assert_cmpuint(bdrv_get_active_channels(bs), ==, n);
     }
     {
         /* A count asked for is kept; the window still deepens. */
@@ -305,7 +306,7 @@ static void test_spread(void)
                                                    "1");
 
         g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
-        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
     }
     {
         /* A server that does not answer the probe: the open goes on after
@@ -320,7 +321,7 @@ static void test_spread(void)
                         5 * G_USEC_PER_SEC);
         g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
-        g_assert_cmpuint(bdrv_get_channels(bs), ==, 2 * n);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
         /* Writes still work, with the probe's reads in flight. */
         write_stream(bs, buf, 8, 64);
     }
@@ -333,6 +334,7 @@ static void test_spread(void)
         g_assert_false(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
         g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 8 * MiB);
         /* Server workers come per connection: with 32 writes of 100 ms in
          * flight, two connections moved 1.6-1.8x what one did. */
         write_stream(bs, buf, 256, 64);
