@@ -153,13 +153,16 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
      * one given keeps the other at QEMU's.  These are its largest; it
      * follows the channels taking requests (mirror_window_refresh()).
      */
-    int channels = MIN(MAX(bdrv_get_channels(src), bdrv_get_channels(dst)),
-                       MIRROR_MAX_WINDOW_CHANNELS);
     int64_t asked = MAX(bdrv_get_window_bytes(src),
                         bdrv_get_window_bytes(dst));
     int64_t unit = asked > 0 && !p->buf_size && !p->max_in_flight
                    ? MIN(asked, MIRROR_MAX_WINDOW_BYTES)
                    : MIRROR_DEFAULT_BUF_SIZE;
+    /* At most 4 channels' worth, and at most MIRROR_MAX_WINDOW_BYTES. */
+    int channels = MIN(MIN(MAX(bdrv_get_channels(src),
+                               bdrv_get_channels(dst)),
+                           MIRROR_MAX_WINDOW_CHANNELS),
+                       MAX(MIRROR_MAX_WINDOW_BYTES / unit, 1));
     int64_t unit_bytes = p->buf_size ? 0 : unit;
     /* As many operations as fill it; 16 for QEMU's 16 MiB of 1 MiB ones.
      * Smaller default operations: more of them, the same bytes. */
@@ -167,14 +170,9 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
                    ? 0
                    : MAX(unit / (p->chunk_size ? MIRROR_DEFAULT_CHUNK_SIZE
                                                : chunk), 1);
-    int64_t buf_size = p->buf_size
-                       ? p->buf_size
-                       : MIN(unit_bytes * channels, MIRROR_MAX_WINDOW_BYTES);
-    int max_in_flight = p->max_in_flight
-                        ? p->max_in_flight
-                        : (int)MIN((int64_t)unit_ops * channels,
-                                   MAX((int64_t)unit_ops *
-                                       MIRROR_MAX_WINDOW_BYTES / unit, 1));
+    int64_t buf_size = p->buf_size ? p->buf_size : unit_bytes * channels;
+    int max_in_flight = p->max_in_flight ? p->max_in_flight
+                                         : unit_ops * channels;
 
     if (!mirror_check_params(src, dst, p, granularity, chunk, buf_size,
                              max_in_flight, errp)) {

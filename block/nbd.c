@@ -269,9 +269,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
  */
 static uint32_t nbdblk_get_active_channels(BlockDriverState *bs)
 {
-    NbdBlkState *s = bs->opaque;
-
-    return s->nr_active;
+    return nbdblk_get_active_connections(bs);
 }
 
 static void nbdblk_info_add(GPtrArray *specific, const char *fmt, ...)

@@ -173,9 +173,8 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 static uint32_t null_get_active_channels(BlockDriverState *bs)
 {
     NullState *s = bs->opaque;
-
-    bool now = s->active_channels &&
-               s->shared->stats.bytes[NULL_OP_WRITE] >= (uint64_t)s->active_after;
+    uint64_t written = s->shared->stats.bytes[NULL_OP_WRITE];
+    bool now = s->active_channels && written >= (uint64_t)s->active_after;
 
     return MIN(now ? s->active_channels : s->channels, 64);
 }
