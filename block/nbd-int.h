@@ -43,6 +43,8 @@ typedef enum NbdBlkSpread {
     NBDBLK_SPREAD_FIXED,        /* decided: nr_active stays */
     NBDBLK_SPREAD_WARMUP,       /* one connection, before the trial */
     NBDBLK_SPREAD_TRY_ONE,      /* trial window on one connection */
+    NBDBLK_SPREAD_CONNECT,      /* slow answers: connect the others */
+    NBDBLK_SPREAD_WARMUP_ALL,   /* all of them, before their window */
     NBDBLK_SPREAD_TRY_ALL,      /* trial window on all of them */
 } NbdBlkSpread;
 
@@ -73,6 +75,7 @@ struct NbdBlkReq {
     int64_t status_len;
     bool status_seen;           /* STATUS: base:allocation answered */
     int ret;                    /* 0 or -errno, once known */
+    int64_t issued_ns;          /* when handed to libnbd */
     NbdBlkReq *parent;          /* flush part: the whole flush */
     int parts;                  /* flush: parts not finished yet */
     BlockCompletionFunc *cb;
@@ -93,12 +96,14 @@ struct NbdBlkState {
     NbdBlkUri *uri;
     char *display;              /* the spec for messages (redacted) */
     NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
-    int nr_conns;
+    int nr_conns;               /* conns[0..nr_conns) are connected */
+    int nr_planned;             /* at most this many (bl.channels) */
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;
     bool latency_bound;         /* the open-time probe was slow */
     int64_t trial_bytes;        /* completed in the current phase */
     int64_t trial_start_ns;     /* when the current phase began */
+    int64_t trial_min_ns;       /* quickest answer in the current phase */
     double trial_rate_one;      /* bytes per ns of the one-connection window */
     void *probe_buf;            /* the open-time probe's, freed at close */
     int probe_state;            /* 0 in flight, 1 done, -1 failed */
@@ -157,13 +162,26 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 /* ---- nbd-spread.c: which connections take requests ---- */
 
 /*
- * At open, once every connection is made (blocking): an idle read of one
- * block at offset 0 sets s->latency_bound when it shows the server's
- * latency.  With @asked (the count was given) or a latency-bound server,
- * all connections take requests; otherwise only the first, and a trial on
- * the data path decides later.
+ * At open, with the first connection made and s->nr_planned set: an idle
+ * read of one block at offset 0 sets s->latency_bound when it shows the
+ * server's latency.  With @asked (the count was given) or a latency-bound
+ * server, the other connections are made now (blocking) and all take
+ * requests; otherwise only the first, and the data path decides later
+ * whether to make the others.
  */
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
+
+/*
+ * Make connections up to s->nr_planned (blocking) and attach their
+ * sources when @attach.  They are an optimisation: one that cannot be
+ * made (a client limit, say) ends the attempt and keeps those there are.
+ * Called at open and from a dispatch (nbdblk_process_done()).
+ */
+void nbdblk_connect_more(NbdBlkState *s, bool attach);
+
+/* From a dispatch, no libnbd lock held: make the connections a trial
+ * asked for (NBDBLK_SPREAD_CONNECT); a no-op otherwise. */
+void nbdblk_spread_dispatch(NbdBlkState *s);
 
 /* The live connection among the active ones with the fewest counted
  * requests (ties rotate), or NULL. */

@@ -140,6 +140,7 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     int64_t cookie = -1;
 
     req->conn = c;
+    req->issued_ns = clock_ns();
     switch (req->op) {
     case NBDBLK_OP_READ:
         cookie = nbd_aio_pread(c->h, req->buf, req->bytes, req->offset,
@@ -321,6 +322,7 @@ void nbdblk_process_done(NbdBlkState *s)
     while ((l = g_queue_pop_head_link(&s->done))) {
         nbdblk_settle(s, l->data, &finished);
     }
+    nbdblk_spread_dispatch(s);
     nbdblk_pump(s);
 
     /*

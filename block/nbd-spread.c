@@ -17,18 +17,32 @@
  *   first was slow; two sent at once both met a new connection's first
  *   stall, near 2 ms on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or
  *   more both times (a remote server, a delay filter), the server is
- *   latency-bound.  Every connection takes requests from the start, and
- *   the node asks for a window twice QEMU's (nbd.c, window_bytes) so that
- *   a request waits queued behind each busy server worker.  A
- *   stall that fooled it would only give the old default, all
+ *   latency-bound.  Every connection is made at once and takes requests
+ *   from the start, and the node asks for a window twice QEMU's (nbd.c,
+ *   window_bytes) so that a request waits queued behind each busy server
+ *   worker.  A stall that fooled it would only give the old default, all
  *   connections; each try costs the server's latency once.
- * - A count asked for (connections=N) is used from the start, as is one
- *   connection.
- * - Otherwise a trial: after NBDBLK_TRIAL_WARMUP bytes of reads and writes
- *   on the first connection, NBDBLK_TRIAL_BYTES more on it are timed, then
- *   as many spread over all; all stay only if that was at least
- *   NBDBLK_TRIAL_GAIN times as fast.  A server slow only at writing shows
- *   it here.  Images too small to finish the trial stay on one.
+ * - A count asked for (connections=N) is made and used from the start, as
+ *   is one connection.
+ * - Otherwise only the first connection is made, and the data path
+ *   decides.  After NBDBLK_TRIAL_WARMUP bytes of reads and writes,
+ *   NBDBLK_TRIAL_BYTES more are timed.  If one of them was answered within
+ *   NBDBLK_SPREAD_LATENCY_NS (plus the time its bytes take at 1 GB/s), the
+ *   server is quick when it is free: one
+ *   connection it stays, and the others are never made.  A new connection
+ *   is not free either: nbdkit starts 16 threads for it, and each touches
+ *   a buffer of the request size the first time, about 8 ms per MiB here,
+ *   under the connection's read lock (bench/nbd.sh W3: 0.68 s with one
+ *   connection made, 0.72 s with a second made and idle, 0.75 s with the
+ *   old trial that also sent it requests).
+ * - A server slow to answer even then (slow only at writing, say, or busy)
+ *   gets the others, made from a dispatch (nbdblk_spread_dispatch()):
+ *   NBDBLK_TRIAL_WARMUP bytes per connection on all of them, for the new
+ *   connections' start, then NBDBLK_TRIAL_BYTES timed; all stay only if
+ *   that was at least NBDBLK_TRIAL_GAIN times as fast as one.  Without
+ *   that warm-up the new connections' start hid a 10 ms write latency
+ *   (787 against 807 MB/s: one connection kept).  Images too small to
+ *   finish the trial stay on one.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -49,12 +63,14 @@
 #define NBDBLK_PROBE_WAIT_NS        (500 * 1000 * 1000)
 
 /* The trial: skip the start (our buffer pool, up to 64 MiB, and the
- * server's threads see their memory for the first time), then two windows
- * of equal bytes.  A 10 ms server moves 64 MiB in 40 ms on one
- * connection; a 20% gain is well above what noise made here. */
+ * server's threads see their memory for the first time), then a timed
+ * window; the same again on all connections when it goes on.  A 10 ms
+ * server moves 64 MiB in 40 ms on one connection; a 20% gain is well
+ * above what noise made here. */
 #define NBDBLK_TRIAL_WARMUP         (64 * 1024 * 1024)
 #define NBDBLK_TRIAL_BYTES          (64 * 1024 * 1024)
 #define NBDBLK_TRIAL_GAIN           1.2
+#define NBDBLK_TRIAL_NS_PER_BYTE    1
 
 static void nbdblk_spread_set(NbdBlkState *s, NbdBlkSpread phase, int active)
 {
@@ -62,6 +78,7 @@ static void nbdblk_spread_set(NbdBlkState *s, NbdBlkSpread phase, int active)
     s->nr_active = active;
     s->trial_bytes = 0;
     s->trial_start_ns = clock_ns();
+    s->trial_min_ns = INT64_MAX;
 }
 
 /* A probe read finished; the handle lock is held, no nbd_* calls. */
@@ -129,7 +146,8 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
         }
     }
     s->latency_bound = probed && best >= NBDBLK_SPREAD_LATENCY_NS;
-    if (asked || s->nr_conns == 1 || s->latency_bound) {
+    if (asked || s->nr_planned == 1 || s->latency_bound) {
+        nbdblk_connect_more(s, false);
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
     } else {
         nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP, 1);
@@ -140,6 +158,19 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
             s->latency_bound ? "latency-bound: all connections, deep window"
             : s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
                                                : "one connection, then a trial");
+}
+
+void nbdblk_spread_dispatch(NbdBlkState *s)
+{
+    if (s->spread != NBDBLK_SPREAD_CONNECT) {
+        return;
+    }
+    nbdblk_connect_more(s, true);
+    if (s->nr_conns == 1) {
+        nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, 1);
+        return;
+    }
+    nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP_ALL, s->nr_conns);
 }
 
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
@@ -170,19 +201,41 @@ void nbdblk_spread_done(NbdBlkReq *req)
         (req->op != NBDBLK_OP_READ && req->op != NBDBLK_OP_WRITE)) {
         return;
     }
+    now = clock_ns();
+    /* Beyond what its bytes take at 1 GB/s: a 32 MiB request is slow to
+     * answer on any server. */
+    s->trial_min_ns = MIN(s->trial_min_ns,
+                          now - req->issued_ns -
+                          req->bytes * NBDBLK_TRIAL_NS_PER_BYTE);
     s->trial_bytes += req->bytes;
-    if (s->trial_bytes < (s->spread == NBDBLK_SPREAD_WARMUP ?
-                          NBDBLK_TRIAL_WARMUP : NBDBLK_TRIAL_BYTES)) {
+    if (s->spread == NBDBLK_SPREAD_CONNECT ||
+        s->trial_bytes < (s->spread == NBDBLK_SPREAD_WARMUP ?
+                          NBDBLK_TRIAL_WARMUP :
+                          s->spread == NBDBLK_SPREAD_WARMUP_ALL ?
+                          NBDBLK_TRIAL_WARMUP * s->nr_active :
+                          NBDBLK_TRIAL_BYTES)) {
         return;
     }
-    now = clock_ns();
     rate = (double)s->trial_bytes / MAX(now - s->trial_start_ns, 1);
     switch (s->spread) {
     case NBDBLK_SPREAD_WARMUP:
         nbdblk_spread_set(s, NBDBLK_SPREAD_TRY_ONE, 1);
         break;
     case NBDBLK_SPREAD_TRY_ONE:
+        g_debug("nbd: %s: %.0f MB/s on one connection, quickest answer "
+                "%" PRId64 " us over 1 GB/s: %s", s->display, rate * 1000,
+                s->trial_min_ns / 1000,
+                s->trial_min_ns < NBDBLK_SPREAD_LATENCY_NS
+                ? "one from now on" : "trying more");
+        if (s->trial_min_ns < NBDBLK_SPREAD_LATENCY_NS) {
+            nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, 1);
+            break;
+        }
+        /* No nbd_* calls here: nbdblk_spread_dispatch() connects. */
         s->trial_rate_one = rate;
+        s->spread = NBDBLK_SPREAD_CONNECT;
+        break;
+    case NBDBLK_SPREAD_WARMUP_ALL:
         nbdblk_spread_set(s, NBDBLK_SPREAD_TRY_ALL, s->nr_conns);
         break;
     case NBDBLK_SPREAD_TRY_ALL:
@@ -193,6 +246,7 @@ void nbdblk_spread_done(NbdBlkReq *req)
                 "%d from now on", s->display, s->trial_rate_one * 1000,
                 rate * 1000, s->nr_conns, s->nr_active);
         break;
+    case NBDBLK_SPREAD_CONNECT:
     case NBDBLK_SPREAD_FIXED:
         g_assert_not_reached();
     }

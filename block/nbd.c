@@ -135,18 +135,16 @@ static bool nbdblk_read_export(NbdBlkState *s, int flags, GError **errp)
     return true;
 }
 
-/*
- * More connections to a multi-conn server.  They are an optimisation: if
- * one cannot be made (a client limit, say), keep those we have.
- */
-static void nbdblk_connect_more(NbdBlkState *s, int want)
+void nbdblk_connect_more(NbdBlkState *s, bool attach)
 {
-    for (int i = 1; i < want; i++) {
-        NbdBlkConn *c = &s->conns[i];
+    while (s->nr_conns < s->nr_planned) {
+        NbdBlkConn *c = &s->conns[s->nr_conns];
         g_autoptr(GError) err = NULL;
 
-        c->index = i;
+        c->index = s->nr_conns;
         if (!nbdblk_conn_connect(s, c, &err)) {
+            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
+                    err->message);
             return;
         }
         if (nbd_get_size(c->h) != s->size ||
@@ -155,6 +153,9 @@ static void nbdblk_connect_more(NbdBlkState *s, int want)
             return;
         }
         s->nr_conns++;
+        if (attach) {
+            nbdblk_source_attach(c);
+        }
     }
 }
 
@@ -197,9 +198,7 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     if (!nbdblk_read_export(s, flags, errp)) {
         goto out_close;
     }
-    if (s->can_multi_conn) {
-        nbdblk_connect_more(s, want);
-    }
+    s->nr_planned = s->can_multi_conn ? want : 1;
     nbdblk_spread_open(s, asked);
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_source_attach(&s->conns[i]);
@@ -245,7 +244,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
                             bl->max_transfer);
     bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(NBDBLK_MAX_LENGTH, align);
     bl->max_pdiscard = bl->max_pwrite_zeroes;
-    bl->channels = s->nr_conns;
+    bl->channels = s->nr_planned;
     /*
      * Per connection.  A latency-bound server's workers (nbdkit: 16 per
      * connection) sit out the latency with a request each; one more
@@ -303,7 +302,12 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
     }
     nbdblk_info_add(sp, "tls: %s", uri->tls ? "yes" : "no");
     nbdblk_info_add(sp, "read-only: %s", s->read_only ? "yes" : "no");
-    nbdblk_info_add(sp, "connections: %d", s->nr_conns);
+    if (s->nr_conns < s->nr_planned && s->spread != NBDBLK_SPREAD_FIXED) {
+        nbdblk_info_add(sp, "connections: %d (up to %d)", s->nr_conns,
+                        s->nr_planned);
+    } else {
+        nbdblk_info_add(sp, "connections: %d", s->nr_conns);
+    }
     nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
                     s->spread == NBDBLK_SPREAD_FIXED ? "" :
                     " (more if a trial on the data path finds them faster)");
