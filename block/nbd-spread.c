@@ -14,11 +14,12 @@
  * measures instead of guessing:
  *
  * - At open, an idle read of one block at offset 0 (a second one if the
- *   first was slow; two sent at once both met a new connection's first
- *   stall, near 2 ms on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or
- *   more both times (a remote server, a delay filter), the server is
- *   latency-bound.  Every connection is made at once and takes requests
- *   from the start, and the node asks for a window twice QEMU's (nbd.c,
+ *   first took between NBDBLK_SPREAD_LATENCY_NS and NBDBLK_PROBE_SURE_NS;
+ *   two sent at once both met a new connection's first stall, near 2 ms
+ *   on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or more every time
+ *   (a remote server, a delay filter), the server is latency-bound.
+ *   Every connection is made at once and takes requests from the start,
+ *   and the node asks for a window twice QEMU's (nbd.c,
  *   window_bytes) so that a request waits queued behind each busy server
  *   worker.  A stall that fooled it would only give the old default, all
  *   connections; each try costs the server's latency once.
@@ -60,6 +61,10 @@
  */
 #define NBDBLK_SPREAD_LATENCY_NS    (2 * 1000 * 1000)
 #define NBDBLK_PROBE_TRIES          2
+/* A first answer this slow is the server's latency, not a new
+ * connection's stall (near 2 ms at worst on a loaded machine): no second
+ * read (bench/nbd.sh W2 saves its 10 ms). */
+#define NBDBLK_PROBE_SURE_NS        (5 * 1000 * 1000)
 #define NBDBLK_PROBE_WAIT_NS        (500 * 1000 * 1000)
 
 /* The trial: skip the start (our buffer pool, up to 64 MiB, and the
@@ -140,8 +145,10 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
             }
             probed = true;
             best = MIN(best, t);
-            if (best < NBDBLK_SPREAD_LATENCY_NS || t == INT64_MAX) {
-                break;  /* one fast answer is enough; no answer is slow */
+            if (best < NBDBLK_SPREAD_LATENCY_NS ||
+                t >= NBDBLK_PROBE_SURE_NS) {
+                break;  /* one fast answer is enough; so is a sure slow one
+                         * (no answer included) */
             }
         }
     }
