@@ -484,8 +484,14 @@ static RawRequest *raw_request_new(BlockDriverState *bs, RawOp op,
     return req;
 }
 
+/* On the thread pool: as CPU jobs for a file in memory (raw.c). */
 static void raw_submit(RawRequest *req)
 {
+    if (req->s->cpu_bound) {
+        thread_pool_submit_cpu(thread_pool_get(), raw_worker, req,
+                               raw_complete, req);
+        return;
+    }
     thread_pool_submit(thread_pool_get(), raw_worker, req, raw_complete, req);
 }
 

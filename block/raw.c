@@ -264,6 +264,12 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     s->can_map = in_memory && !env_is_off("QEMU_MIRROR_MAP");
     s->map_forced = env_is_on("QEMU_MIRROR_MAP");
     s->can_copy = in_memory && !env_is_off("QEMU_MIRROR_COPY");
+    /* Its I/O never waits for a device: run it as CPU work, one worker
+     * per CPU taking requests back to back, instead of a thread for each
+     * request in flight (start, 2 GiB into nbdkit file: 0.671 against
+     * 0.656 s, 3700 against 3000 context switches; W2 of bench/nbd.sh
+     * 0.581 against 0.570 s; 9 and 7 runs). */
+    s->cpu_bound = in_memory;
     return true;
 
 out_close:
