@@ -56,7 +56,8 @@ typedef struct BlockLimits {
     /*
      * Bytes in flight per channel that keep the node busy without more:
      * its latency times what it moves.  Callers that size a window use it
-     * in place of their default.  0 = no opinion.
+     * in place of their default.  The most the node will ask for; what it
+     * asks for now is get_window_bytes().  0 = no opinion.
      */
     int64_t window_bytes;
 } BlockLimits;
@@ -122,6 +123,14 @@ struct BlockDriver {
      * request.
      */
     uint32_t (*get_active_channels)(BlockDriverState *bs);
+
+    /*
+     * Optional.  The bytes per channel the node asks for now,
+     * 1..bl.window_bytes, for a driver that learns on the data path that
+     * it needs more (NBD: a server found slow to answer writes).  NULL:
+     * bl.window_bytes.  Main loop; cheap, asked per request.
+     */
+    int64_t (*get_window_bytes)(BlockDriverState *bs);
 
     /* Optional.  Format details for `info`; may block. */
     bool (*get_info)(BlockDriverState *bs, BlockImageInfo *info,

@@ -415,6 +415,16 @@ uint32_t bdrv_get_channels(BlockDriverState *bs)
 
 int64_t bdrv_get_window_bytes(BlockDriverState *bs)
 {
+    int64_t max = bs->bl.window_bytes;
+
+    if (!max || !bs->drv->get_window_bytes) {
+        return max;
+    }
+    return MIN(MAX(bs->drv->get_window_bytes(bs), 1), max);
+}
+
+int64_t bdrv_get_max_window_bytes(BlockDriverState *bs)
+{
     return bs->bl.window_bytes;
 }
 

@@ -174,9 +174,14 @@ uint32_t bdrv_get_channels(BlockDriverState *bs);
  * change as the driver learns about its server.  Main loop. */
 uint32_t bdrv_get_active_channels(BlockDriverState *bs);
 
-/* Bytes in flight per channel that keep @bs busy
- * (BlockLimits.window_bytes); 0 when the driver has no opinion. */
+/* Bytes in flight per channel that keep @bs busy now (get_window_bytes(),
+ * at most BlockLimits.window_bytes); may grow as the driver learns about
+ * its server; 0 when the driver has no opinion.  Main loop. */
 int64_t bdrv_get_window_bytes(BlockDriverState *bs);
+
+/* The most bytes per channel @bs will ask for (BlockLimits.window_bytes):
+ * what a caller sizes its buffers for; 0 when no opinion. */
+int64_t bdrv_get_max_window_bytes(BlockDriverState *bs);
 
 /* Size of one copy operation that reads @bs, as its driver prefers
  * (BlockLimits.copy_transfer); 0 when it has no preference. */

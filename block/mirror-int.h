@@ -95,9 +95,11 @@ struct MirrorJob {
 
     /*
      * The window now: defaults follow the channels of either end taking
-     * requests (mirror_window_refresh()), up to buf_size and max_in_flight;
-     * a value given stays.  Per channel: win_unit_bytes, win_unit_ops (0:
-     * given).
+     * requests and the bytes per channel they ask for
+     * (mirror_window_refresh()), up to buf_size and max_in_flight; a value
+     * given stays.  Per channel: win_unit_bytes, win_unit_ops (0: given);
+     * win_asked: the unit is what the ends ask for, in operations of
+     * win_op_size.
      */
     int64_t win_buf_size;
     int win_max_in_flight;
@@ -105,6 +107,8 @@ struct MirrorJob {
     int win_channels;
     int64_t win_unit_bytes;
     int win_unit_ops;
+    bool win_asked;
+    int64_t win_op_size;
 
     /* COPY slots, at most win_max_bufs (of max_bufs): pool buffers
      * (buf_elem_size) or views */

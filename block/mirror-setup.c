@@ -110,16 +110,34 @@ static int64_t mirror_default_chunk(BlockDriverState *src)
     return MIN(MAX(pref, MIRROR_MIN_CHUNK_SIZE), MIRROR_DEFAULT_CHUNK_SIZE);
 }
 
+/* What either end asks for per channel (@a, @b), at most
+ * MIRROR_MAX_WINDOW_BYTES; 0 when neither asks. */
+static int64_t mirror_asked_unit(int64_t a, int64_t b)
+{
+    int64_t asked = MAX(a, b);
+
+    return asked > 0 ? MIN(asked, MIRROR_MAX_WINDOW_BYTES) : 0;
+}
+
 void mirror_window_refresh(MirrorJob *s)
 {
     int ch = MIN(MAX(bdrv_get_active_channels(s->src),
                      bdrv_get_active_channels(s->dst)),
                  MIRROR_MAX_WINDOW_CHANNELS);
+    int64_t unit = s->win_unit_bytes;
 
-    if (ch == s->win_channels) {
+    if (s->win_asked) {
+        unit = mirror_asked_unit(bdrv_get_window_bytes(s->src),
+                                 bdrv_get_window_bytes(s->dst));
+    }
+    if (ch == s->win_channels && unit == s->win_unit_bytes) {
         return;
     }
     s->win_channels = ch;
+    if (s->win_asked) {
+        s->win_unit_bytes = unit;
+        s->win_unit_ops = MAX(unit / s->win_op_size, 1);
+    }
     s->win_buf_size = s->buf_size;
     if (s->win_unit_bytes) {
         s->win_buf_size = MIN(MAX(QEMU_ALIGN_UP(s->win_unit_bytes * ch,
@@ -150,14 +168,14 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
      * waiting (bench/nbd.sh W2: 0.96 s against 0.72 s with 32).  Per
      * channel it is QEMU's 16 MiB, or what an end asks for
      * (window_bytes) when neither buf-size nor max-in-flight was given:
-     * one given keeps the other at QEMU's.  These are its largest; it
-     * follows the channels taking requests (mirror_window_refresh()).
+     * one given keeps the other at QEMU's.  These are its largest, from
+     * the most the ends may ask for; it follows the channels taking
+     * requests and what they ask for now (mirror_window_refresh()).
      */
-    int64_t asked = MAX(bdrv_get_window_bytes(src),
-                        bdrv_get_window_bytes(dst));
-    int64_t unit = asked > 0 && !p->buf_size && !p->max_in_flight
-                   ? MIN(asked, MIRROR_MAX_WINDOW_BYTES)
-                   : MIRROR_DEFAULT_BUF_SIZE;
+    int64_t asked = mirror_asked_unit(bdrv_get_max_window_bytes(src),
+                                      bdrv_get_max_window_bytes(dst));
+    bool use_asked = asked && !p->buf_size && !p->max_in_flight;
+    int64_t unit = use_asked ? asked : MIRROR_DEFAULT_BUF_SIZE;
     /* At most 4 channels' worth, and at most MIRROR_MAX_WINDOW_BYTES. */
     int channels = MIN(MIN(MAX(bdrv_get_channels(src),
                                bdrv_get_channels(dst)),
@@ -166,10 +184,8 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     int64_t unit_bytes = p->buf_size ? 0 : unit;
     /* As many operations as fill it; 16 for QEMU's 16 MiB of 1 MiB ones.
      * Smaller default operations: more of them, the same bytes. */
-    int unit_ops = p->max_in_flight
-                   ? 0
-                   : MAX(unit / (p->chunk_size ? MIRROR_DEFAULT_CHUNK_SIZE
-                                               : chunk), 1);
+    int64_t op_size = p->chunk_size ? MIRROR_DEFAULT_CHUNK_SIZE : chunk;
+    int unit_ops = p->max_in_flight ? 0 : MAX(unit / op_size, 1);
     int64_t buf_size = p->buf_size ? p->buf_size : unit_bytes * channels;
     int max_in_flight = p->max_in_flight ? p->max_in_flight
                                          : unit_ops * channels;
@@ -222,6 +238,8 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     s->bufs = buf_pool_new(s->buf_elem_size, s->max_bufs, s->buf_align);
     s->win_unit_bytes = unit_bytes;
     s->win_unit_ops = unit_ops;
+    s->win_asked = use_asked;
+    s->win_op_size = op_size;
     mirror_window_refresh(s);
     /*
      * Between two in-memory files a COPY is one pool job that reads and

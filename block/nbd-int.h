@@ -100,7 +100,8 @@ struct NbdBlkState {
     int nr_planned;             /* at most this many (bl.channels) */
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;
-    bool latency_bound;         /* the open-time probe was slow */
+    bool latency_bound;         /* the open-time probe was slow, or a
+                                 * trial found more connections faster */
     int64_t trial_bytes;        /* completed in the current phase */
     int64_t trial_start_ns;     /* when the current phase began */
     int64_t trial_min_ns;       /* quickest answer in the current phase */

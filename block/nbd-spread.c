@@ -19,23 +19,23 @@
  *   on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or more every time
  *   (a remote server, a delay filter), the server is latency-bound.
  *   Every connection is made at once and takes requests from the start,
- *   and the node asks for a window twice QEMU's (nbd.c,
- *   window_bytes) so that a request waits queued behind each busy server
- *   worker.  A stall that fooled it would only give the old default, all
- *   connections; each try costs the server's latency once.
+ *   and the node asks for a window twice QEMU's (nbd.c, window_bytes) so
+ *   that a request waits queued behind each busy server worker.  A stall
+ *   that fooled it would only give the old default, all connections; each
+ *   try costs the server's latency once.
  * - A count asked for (connections=N) is made and used from the start, as
  *   is one connection.
  * - Otherwise only the first connection is made, and the data path
  *   decides.  After NBDBLK_TRIAL_WARMUP bytes of reads and writes,
  *   NBDBLK_TRIAL_BYTES more are timed.  If one of them was answered within
  *   NBDBLK_SPREAD_LATENCY_NS (plus the time its bytes take at 1 GB/s), the
- *   server is quick when it is free: one
- *   connection it stays, and the others are never made.  A new connection
- *   is not free either: nbdkit starts 16 threads for it, and each touches
- *   a buffer of the request size the first time, about 8 ms per MiB here,
- *   under the connection's read lock (bench/nbd.sh W3: 0.68 s with one
- *   connection made, 0.72 s with a second made and idle, 0.75 s with the
- *   old trial that also sent it requests).
+ *   server is quick when it is free: the node stays on one connection and
+ *   never makes the others.  A new connection is not free either: nbdkit
+ *   starts 16 threads for it, and each touches a buffer of the request
+ *   size the first time, about 8 ms per MiB here, under the connection's
+ *   read lock (bench/nbd.sh W3: 0.68 s with one connection made, 0.72 s
+ *   with a second made and idle, 0.75 s with the old trial that also sent
+ *   it requests).
  * - A server slow to answer even then (slow only at writing, say, or busy)
  *   gets the others, made from a dispatch (nbdblk_spread_dispatch()):
  *   NBDBLK_TRIAL_WARMUP bytes per connection on all of them, for the new
@@ -246,9 +246,11 @@ void nbdblk_spread_done(NbdBlkReq *req)
         nbdblk_spread_set(s, NBDBLK_SPREAD_TRY_ALL, s->nr_conns);
         break;
     case NBDBLK_SPREAD_TRY_ALL:
+        /* Gaining from more workers is being latency-bound: the deep
+         * window too. */
+        s->latency_bound = rate >= NBDBLK_TRIAL_GAIN * s->trial_rate_one;
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED,
-                          rate >= NBDBLK_TRIAL_GAIN * s->trial_rate_one ?
-                          s->nr_conns : 1);
+                          s->latency_bound ? s->nr_conns : 1);
         g_debug("nbd: %s: %.0f MB/s on one connection, %.0f MB/s on %d: "
                 "%d from now on", s->display, s->trial_rate_one * 1000,
                 rate * 1000, s->nr_conns, s->nr_active);

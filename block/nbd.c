@@ -256,8 +256,17 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
      * ours and its workers' (W3: 8 MiB 0.733 s against 16 MiB 0.777 s,
      * 7 runs each; mirror-tool start 0.741 s against 0.770 s).
      */
-    bl->window_bytes = s->latency_bound ? NBDBLK_WINDOW_LATENCY
-                                        : NBDBLK_WINDOW_FAST;
+    bl->window_bytes = s->latency_bound || s->spread != NBDBLK_SPREAD_FIXED
+                       ? NBDBLK_WINDOW_LATENCY : NBDBLK_WINDOW_FAST;
+}
+
+/* The deep window once the server is known to be latency-bound: at open,
+ * or when a trial found the other connections faster (nbd-spread.c). */
+static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
+{
+    NbdBlkState *s = bs->opaque;
+
+    return s->latency_bound ? NBDBLK_WINDOW_LATENCY : NBDBLK_WINDOW_FAST;
 }
 
 /*
@@ -363,6 +372,7 @@ const BlockDriver bdrv_nbd = {
     .get_length         = nbdblk_get_length,
     .refresh_limits     = nbdblk_refresh_limits,
     .get_active_channels = nbdblk_get_active_channels,
+    .get_window_bytes   = nbdblk_get_window_bytes,
     .get_info           = nbdblk_get_info,
     .aio_preadv         = nbdblk_aio_preadv,
     .aio_pwritev        = nbdblk_aio_pwritev,

@@ -34,6 +34,8 @@ typedef struct NullState {
     int64_t active_channels;    /* get_active_channels(); 0: all */
     int64_t active_after;       /* ... from this many bytes written */
     int64_t window_bytes;       /* BlockLimits.window_bytes */
+    int64_t window_first;       /* get_window_bytes() before active_after;
+                                 * 0: window_bytes */
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
@@ -114,6 +116,8 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "active-channels-after", 0,
                         &s->active_after, errp) ||
         !fault_opt_size(opts, "null", "window", 0, &s->window_bytes, errp) ||
+        !fault_opt_size(opts, "null", "window-first", 0, &s->window_first,
+                        errp) ||
         !fault_opt_size(opts, "null", "copy-transfer", 0, &s->copy_transfer,
                         errp) ||
         !fault_opt_bool(opts, "null", "zeroes", true, &s->zeroes, errp) ||
@@ -170,13 +174,26 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->window_bytes = s->window_bytes;
 }
 
+/* Whether active-channels-after bytes were written. */
+static bool null_after(NullState *s)
+{
+    return s->shared->stats.bytes[NULL_OP_WRITE] >= (uint64_t)s->active_after;
+}
+
 static uint32_t null_get_active_channels(BlockDriverState *bs)
 {
     NullState *s = bs->opaque;
-    uint64_t written = s->shared->stats.bytes[NULL_OP_WRITE];
-    bool now = s->active_channels && written >= (uint64_t)s->active_after;
+    bool now = s->active_channels && null_after(s);
 
     return MIN(now ? s->active_channels : s->channels, 64);
+}
+
+static int64_t null_get_window_bytes(BlockDriverState *bs)
+{
+    NullState *s = bs->opaque;
+
+    return s->window_first && !null_after(s) ? s->window_first
+                                             : s->window_bytes;
 }
 
 /* ---- requests ---- */
@@ -387,6 +404,7 @@ const BlockDriver bdrv_null = {
     .get_length         = null_get_length,
     .refresh_limits     = null_refresh_limits,
     .get_active_channels = null_get_active_channels,
+    .get_window_bytes   = null_get_window_bytes,
     .aio_preadv         = null_aio_preadv,
     .aio_pwritev        = null_aio_pwritev,
     .aio_pwrite_zeroes  = null_aio_pwrite_zeroes,

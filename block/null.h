@@ -12,6 +12,9 @@
  *   channels=N           request channels it claims, like NBD connections (1)
  *   window=SIZE          bytes in flight per channel it asks for, like NBD
  *                        (BlockLimits.window_bytes; default none)
+ *   window-first=SIZE    ... of which it asks for this much at first
+ *                        (get_window_bytes()), until active-channels-after
+ *                        bytes were written: a window that grows
  *   active-channels=N    of which take requests (default: all) ...
  *   active-channels-after=SIZE
  *                        ... once SIZE bytes were written (default 0), all

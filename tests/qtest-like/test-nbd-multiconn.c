@@ -289,6 +289,8 @@ static void test_spread(void)
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
             g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
             g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 8 * MiB);
+            /* Sized for a trial that finds the server slow. */
+            g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==, 32 * MiB);
             /* The window follows the one connection taking requests. */
             g_assert_cmpuint(bdrv_get_active_channels(bs), ==, 1);
             /* Too few bytes for the trial: still one. */
@@ -362,6 +364,9 @@ static void test_spread(void)
         g_assert_cmpint(nbdblk_get_connections(bs), ==, n);
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, n);
         g_assert_cmpuint(bdrv_get_active_channels(bs), ==, n);
+        /* ... and the deep window, which the pool was sized for. */
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
+        g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==, 32 * MiB);
     }
     {
         g_autoptr(Server) serial = server_start("--filter=noparallel",
