@@ -54,6 +54,7 @@ typedef struct BDRVRawState {
     bool map_forced;            /* QEMU_MIRROR_MAP=on: and never measured */
     bool can_copy;              /* fused copies (bdrv_aio_copy) apply */
     bool cpu_bound;             /* in memory: I/O is copying, no waiting */
+    int reads_here;             /* made on the main loop, not completed */
 } BDRVRawState;
 
 /* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying
