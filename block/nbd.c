@@ -318,8 +318,9 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
         nbdblk_info_add(sp, "connections: %d", s->nr_conns);
     }
     nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
-                    s->spread == NBDBLK_SPREAD_FIXED ? "" :
-                    " (more if a trial on the data path finds them faster)");
+                    s->spread == NBDBLK_SPREAD_FIXED || s->nr_planned == 1
+                    ? "" : " (more if a trial on the data path finds them "
+                    "faster)");
     nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");
     nbdblk_info_add(sp, "block size: minimum %u, preferred %u, maximum %u "
                     "(0: not advertised)", s->min_block, s->pref_block,

@@ -250,8 +250,9 @@ static void write_until_decided(BlockDriverState *bs, uint8_t *buf)
  * answered quickly on the data path; a read latency of 10 ms makes all
  * connections at open and asks for a deep window, and so does a read
  * that gets no answer; a write latency of 100 ms (reads fast) gets the
- * others after the trial; a server that serialises every request gains
- * nothing from more connections and goes back to one.
+ * others after the trial, and the deep window (alone without multi-conn);
+ * a server that serialises every request gains nothing from more
+ * connections and goes back to one.
  */
 static void test_spread(void)
 {
@@ -367,6 +368,23 @@ static void test_spread(void)
         /* ... and the deep window, which the pool was sized for. */
         g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
         g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==, 32 * MiB);
+    }
+    {
+        /* Slow at writing, and no multi-conn: the deep window alone. */
+        g_autoptr(Server) one = server_start("--filter=multi-conn",
+                                             "--filter=delay", "file", file,
+                                             "delay-write=100ms",
+                                             "multi-conn-mode=disable",
+                                             NULL);
+        g_autoptr(BlockDriverState) bs = must_open(one->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
+        g_assert_true(info_has(bs, "connections taking requests: 1"));
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 8 * MiB);
+        write_until_decided(bs, buf);
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
     }
     {
         g_autoptr(Server) serial = server_start("--filter=noparallel",
