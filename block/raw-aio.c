@@ -1,10 +1,11 @@
 /*
  * Raw driver, data path: each request runs on a worker of the shared
  * thread pool with blocking system calls (preadv/pwritev, fallocate,
- * BLKZEROOUT, fdatasync, lseek SEEK_DATA/SEEK_HOLE); its completion comes
+ * BLKZEROOUT, fdatasync; lseek SEEK_DATA/SEEK_HOLE in raw-status.c); its
+ * completion comes
  * back to the main loop.  Workers only share the BDRVRawState, and of it
- * they only write `unsupported`, atomically.  One read at a time of a file
- * in memory is made on the main loop instead (raw_read_here()), and
+ * they only write `unsupported`, atomically.  A few reads at a time of a
+ * file in memory are made on the main loop instead (raw_read_here()), and
  * completed from an idle source.
  *
  * Copyright (C) 2026 qemu-mirror authors
@@ -53,16 +54,6 @@ typedef struct RawRequest {
     BlockCompletionFunc *cb;
     void *opaque;
 } RawRequest;
-
-static bool raw_unsupported(BDRVRawState *s, int method)
-{
-    return g_atomic_int_get(&s->unsupported) & method;
-}
-
-static void raw_set_unsupported(BDRVRawState *s, int method)
-{
-    g_atomic_int_or(&s->unsupported, method);
-}
 
 /* ---- Worker side: blocking system calls, 0 or -errno ---- */
 
@@ -302,88 +293,6 @@ static int raw_do_flush(RawRequest *req)
     return ret;
 }
 
-static void raw_add_extent(GArray *found, int64_t offset, int64_t end,
-                           bool data)
-{
-    BlockExtent e = {
-        .offset = offset,
-        .length = end - offset,
-        .flags = data ? BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
-                        BDRV_BLOCK_OFFSET_VALID
-                      : BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED |
-                        BDRV_BLOCK_OFFSET_VALID,
-        .host_offset = offset,
-    };
-
-    g_array_append_val(found, e);
-}
-
-/*
- * Walk data/hole pairs with SEEK_DATA and SEEK_HOLE from req->offset to the
- * end of the request or of the file, whichever comes first, in at most
- * RAW_MAX_EXTENTS extents.  Data is allocated; a hole reads as zero.  When
- * the file system cannot tell, or the file changes under us, the rest is
- * reported as data, which is always safe.
- */
-static int raw_do_status(RawRequest *req)
-{
-    BDRVRawState *s = req->s;
-    int64_t pos = req->offset;
-    int64_t end = req->offset + req->bytes;
-    struct stat st;
-
-    if (s->is_block || raw_unsupported(s, RAW_NO_SEEK_DATA)) {
-        raw_add_extent(req->found, pos, end, true);
-        return 0;
-    }
-    if (fstat(s->fd, &st) < 0) {
-        return -errno;
-    }
-    if (pos >= st.st_size) {
-        /* The file shrank since it was opened: reads return zeroes. */
-        raw_add_extent(req->found, pos, end, false);
-        return 0;
-    }
-    end = MIN(end, st.st_size);
-
-    while (pos < end && req->found->len < RAW_MAX_EXTENTS) {
-        off_t data = lseek(s->fd, pos, SEEK_DATA);
-        off_t hole;
-
-        if (data < 0) {
-            if (errno == ENXIO) {
-                /* No data after @pos: a hole up to the end of the file. */
-                raw_add_extent(req->found, pos, end, false);
-                return 0;
-            }
-            if (errno == EINVAL || errno == EOPNOTSUPP) {
-                raw_set_unsupported(s, RAW_NO_SEEK_DATA);
-                break;
-            }
-            return -errno;
-        }
-        if (data > pos) {
-            raw_add_extent(req->found, pos, MIN(data, end), false);
-            pos = MIN(data, end);
-            continue;
-        }
-        hole = lseek(s->fd, pos, SEEK_HOLE);
-        if (hole < 0 && errno != ENXIO) {
-            return -errno;
-        }
-        if (hole <= pos) {
-            /* The file changed between the two calls. */
-            break;
-        }
-        raw_add_extent(req->found, pos, MIN(hole, end), true);
-        pos = MIN(hole, end);
-    }
-    if (pos < end && req->found->len < RAW_MAX_EXTENTS) {
-        raw_add_extent(req->found, pos, end, true);
-    }
-    return 0;
-}
-
 /*
  * Run a request that modifies a buffered regular file.  The kernel
  * serialises those per inode anyway (tmpfs, ext4 and xfs take the inode
@@ -421,7 +330,7 @@ static int raw_worker(void *arg)
     case RAW_OP_FLUSH:
         return raw_do_flush(req);
     case RAW_OP_STATUS:
-        return raw_do_status(req);
+        return raw_do_status(req->s, req->offset, req->bytes, req->found);
     case RAW_OP_MAP:
         return raw_do_map(req->s, req->offset, req->bytes, req->map);
     }

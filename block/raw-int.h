@@ -81,6 +81,28 @@ void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
                           int64_t bytes, GArray *extents,
                           BlockCompletionFunc *cb, void *opaque);
 
+/* Methods found unsupported (RAW_NO_*), shared by the workers. */
+static inline bool raw_unsupported(BDRVRawState *s, int method)
+{
+    return g_atomic_int_get(&s->unsupported) & method;
+}
+
+static inline void raw_set_unsupported(BDRVRawState *s, int method)
+{
+    g_atomic_int_or(&s->unsupported, method);
+}
+
+/*
+ * raw-status.c, on a pool worker (raw-aio.c's RAW_OP_STATUS): append to
+ * @found the data/hole extents of [@offset, @offset + @bytes) from
+ * SEEK_DATA and SEEK_HOLE, up to the end of the file and at most
+ * RAW_MAX_EXTENTS of them.  Data is allocated; a hole reads as zero.
+ * When the file system cannot tell, or the file changes under us, the
+ * rest is reported as data, which is always safe.  0 or -errno.
+ */
+int raw_do_status(BDRVRawState *s, int64_t offset, int64_t bytes,
+                  GArray *found);
+
 /*
  * raw-map.c, on a pool worker (raw-aio.c's RAW_OP_MAP): map [@offset,
  * @offset + @bytes) of @s's file into @map with its pages loaded; 0,

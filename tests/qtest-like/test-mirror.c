@@ -1,328 +1,125 @@
 /*
- * Unit tests of the mirror job's copy engine with the null driver: the
- * limits (operations and bytes in flight, the chunk cap), coalescing,
- * zero extents, in-order writes, errors, cancel, pause, and the job's
- * states and events.
+ * Unit tests of the mirror job's copy engine with the null driver:
+ * coalescing, zero extents, in-order writes, errors, cancel, pause, and
+ * the job's states and events.  The limits are in test-mirror-limits.c.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror.h"
 #include "block/null.h"
+#include "tests/qtest-like/mirror-fixture.h"
 #include "tests/qtest-like/test-util.h"
 #include "util/cutils.h"
 
 #include <errno.h>
 
-typedef struct Fixture {
-    BlockDriverState *src;
-    BlockDriverState *dst;
-    Job *job;
-    TestJobEvents ev;
-} Fixture;
-
-/* Open src and dst (sharing statistics), create a job with @p. */
-static void fixture_init(Fixture *f, const char *src_spec,
-                         const char *dst_spec, const MirrorParams *p)
-{
-    g_autoptr(GError) err = NULL;
-
-    f->src = test_open(src_spec, NULL, 0);
-    f->dst = test_open(dst_spec, NULL, BDRV_O_RDWR);
-    null_share_stats(f->dst, f->src);
-    f->job = mirror_job_new("job0", f->src, f->dst, p, &err);
-    g_assert_no_error(err);
-    test_job_events_attach(&f->ev, f->job);
-}
-
-static void fixture_run(Fixture *f)
-{
-    job_start(f->job);
-    test_run_until(&f->ev.concluded, 120);
-}
-
-static void fixture_destroy(Fixture *f)
-{
-    job_unref(f->job);
-    test_job_events_clear(&f->ev);
-    bdrv_unref(f->src);
-    bdrv_unref(f->dst);
-}
-
-static MirrorParams params(int max_in_flight, int64_t chunk, int64_t buf)
-{
-    MirrorParams p;
-
-    mirror_params_init(&p);
-    p.max_in_flight = max_in_flight;
-    p.chunk_size = chunk;
-    p.buf_size = buf;
-    p.auto_complete = true;
-    return p;
-}
-
-static int64_t op_bytes(BlockDriverState *bs, NullOp op)
-{
-    GArray *recs = null_get_records(bs);
-    int64_t sum = 0;
-
-    for (guint i = 0; i < recs->len; i++) {
-        NullRecord *r = &g_array_index(recs, NullRecord, i);
-
-        if (r->op == op) {
-            sum += r->bytes;
-        }
-    }
-    return sum;
-}
-
-static void test_limits_in_flight(void)
-{
-    MirrorParams p = params(4, 64 * KiB, MiB);
-    Fixture f;
-    NullStats st;
-
-    fixture_init(&f, "null:size=16M,latency-ns=200000,jitter-ns=300000",
-                 "null:size=16M,latency-ns=200000,jitter-ns=300000", &p);
-    fixture_run(&f);
-    g_assert_cmpint(f.job->ret, ==, 0);
-    null_get_stats(f.src, &st);
-    g_assert_cmpuint(st.max_in_flight, ==, 4);     /* reached, never more */
-    g_assert_cmpint(st.max_data_request, ==, 64 * KiB);
-    g_assert_cmpint(st.max_data_bytes_in_flight, <=, MiB);
-    g_assert_cmpuint(st.overlapping_writes, ==, 0);
-    g_assert_cmpuint(st.misaligned, ==, 0);
-    g_assert_cmpuint(st.bytes[NULL_OP_READ], ==, 16 * MiB);
-    g_assert_cmpuint(st.bytes[NULL_OP_WRITE], ==, 16 * MiB);
-    fixture_destroy(&f);
-}
-
-static void test_limits_buf_size(void)
-{
-    MirrorParams p = params(16, MiB, 2 * MiB);
-    Fixture f;
-    NullStats st;
-
-    fixture_init(&f, "null:size=32M,latency-ns=100000,jitter-ns=200000",
-                 "null:size=32M,latency-ns=100000", &p);
-    fixture_run(&f);
-    g_assert_cmpint(f.job->ret, ==, 0);
-    null_get_stats(f.src, &st);
-    /* buf-size allows two 1 MiB operations, whatever max-in-flight says. */
-    g_assert_cmpint(st.max_data_bytes_in_flight, ==, 2 * MiB);
-    g_assert_cmpuint(st.max_in_flight, ==, 2);
-    g_assert_cmpint(st.max_data_request, ==, MiB);
-    fixture_destroy(&f);
-}
-
-/*
- * Left at their defaults, max-in-flight and buf-size grow with the request
- * channels (NBD connections) of either end taking requests, up to four,
- * from QEMU's 16 and 16 MiB per channel or the window an end asks for
- * now (the pool is sized for the most it may ask for).  A source whose
- * driver prefers smaller copy operations (NBD: 256 KiB) sets the default
- * chunk-size, and the default max-in-flight grows to keep the bytes in
- * flight; an explicit chunk-size keeps max-in-flight at 16.
- */
-static void test_limits_window(void)
-{
-    static const struct {
-        const char *src;
-        const char *dst;
-        int64_t chunk;
-        uint64_t window;
-        int64_t window_bytes;
-        int64_t largest;
-    } cases[] = {
-        { "null:size=128M", "null:size=128M,latency-ns=2000000",
-          0, 16, 16 * MiB, MiB },
-        { "null:size=128M", "null:size=128M,latency-ns=2000000,channels=2",
-          0, 32, 32 * MiB, MiB },
-        { "null:size=128M", "null:size=128M,latency-ns=2000000,channels=9",
-          0, 64, 64 * MiB, MiB },
-        /* Four opened, one taking requests: one channel's window. */
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=4,active-channels=1",
-          0, 16, 16 * MiB, MiB },
-        { "null:size=128M,channels=4,active-channels=3",
-          "null:size=128M,latency-ns=2000000,channels=2",
-          0, 48, 48 * MiB, MiB },
-        /* An end that asks for its window per channel (NBD: 8 MiB against
-         * a fast server, 32 MiB against a latency-bound one). */
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=2,window=8M",
-          0, 16, 16 * MiB, MiB },
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=2,window=32M",
-          0, 64, 64 * MiB, MiB },
-        { "null:size=128M,copy-transfer=256K,window=8M",
-          "null:size=128M,latency-ns=2000000", 0, 32, 8 * MiB, 256 * KiB },
-        /* An end that asks for 8 MiB now and may ask for 32 MiB later
-         * (NBD: a trial found the server slow at writing): the window
-         * follows what it asks for now, and grows when it asks more. */
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=2,window=32M,"
-          "window-first=8M,active-channels-after=1G",
-          0, 16, 16 * MiB, MiB },
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=2,window=32M,"
-          "window-first=8M,active-channels-after=32M",
-          0, 64, 64 * MiB, MiB },
-        /* At most 64 MiB, however many channels ask. */
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=4,window=32M",
-          0, 64, 64 * MiB, MiB },
-        /* Four until 32 MiB are written, then one: the window shrinks
-         * below what is in flight, and drains down to it. */
-        { "null:size=128M",
-          "null:size=128M,latency-ns=2000000,channels=4,active-channels=1,"
-          "active-channels-after=32M", 0, 64, 64 * MiB, MiB },
-        { "null:size=128M,copy-transfer=256K",
-          "null:size=128M,latency-ns=2000000", 0, 64, 16 * MiB, 256 * KiB },
-        { "null:size=128M,copy-transfer=256K",
-          "null:size=128M,latency-ns=2000000", MiB, 16, 16 * MiB, MiB },
-    };
-
-    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-        MirrorParams p = params(0, cases[i].chunk, 0);
-        Fixture f;
-        NullStats st;
-
-        fixture_init(&f, cases[i].src, cases[i].dst, &p);
-        fixture_run(&f);
-        g_assert_cmpint(f.job->ret, ==, 0);
-        null_get_stats(f.dst, &st);
-        g_assert_cmpuint(st.max_in_flight, ==, cases[i].window);
-        g_assert_cmpint(st.max_data_bytes_in_flight, ==,
-                        cases[i].window_bytes);
-        g_assert_cmpint(st.max_data_request, ==, cases[i].largest);
-        g_assert_cmpuint(st.bytes[NULL_OP_WRITE], ==, 128 * MiB);
-        fixture_destroy(&f);
-    }
-}
-
-static void test_chunk_cap_large_granularity(void)
-{
-    /* A granule larger than the chunk: io.c still caps each I/O. */
-    MirrorParams p = params(4, 64 * KiB, 0);
-    Fixture f;
-    NullStats st;
-
-    p.granularity = 256 * KiB;
-    fixture_init(&f, "null:size=4M", "null:size=4M", &p);
-    fixture_run(&f);
-    g_assert_cmpint(f.job->ret, ==, 0);
-    null_get_stats(f.src, &st);
-    g_assert_cmpint(st.max_data_request, ==, 64 * KiB);
-    g_assert_cmpuint(st.bytes[NULL_OP_WRITE], ==, 4 * MiB);
-    fixture_destroy(&f);
-}
-
 static void test_coalesce(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
 
     /* 64 KiB granules coalesce into 1 MiB operations. */
-    fixture_init(&f, "null:size=8M,record=on", "null:size=8M,record=on",
-                 &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=8M,record=on", "null:size=8M,record=on",
+                        &p);
+    mirror_fixture_run(&f);
     g_assert_cmpuint(null_get_records(f.src)->len, ==, 8 + 1); /* + status */
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
-    fixture_destroy(&f);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_unaligned_length(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
     NullStats st;
 
     /* 1025 KiB + 1 byte: not a multiple of the granule or the chunk. */
-    fixture_init(&f, "null:size=1049601,record=on", "null:size=1049601",
-                 &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=1049601,record=on", "null:size=1049601",
+                        &p);
+    mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, 0);
-    g_assert_cmpint(op_bytes(f.src, NULL_OP_READ), ==, 1049601);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.src, NULL_OP_READ), ==, 1049601);
     null_get_stats(f.src, &st);
     g_assert_cmpuint(st.misaligned, ==, 0);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_zero_length(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
 
-    fixture_init(&f, "null:size=0", "null:size=0", &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=0", "null:size=0", &p);
+    mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, 0);
     g_assert_cmpint(f.ev.ready_count, ==, 1);
     g_assert_cmpint(f.ev.completed_count, ==, 1);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_zero_extents(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
 
     /* Alternating 1 MiB data / zero: zeroes become write-zeroes. */
-    fixture_init(&f, "null:size=16M,extents=alternate:1M,record=on",
-                 "null:size=16M,record=on", &p);
-    fixture_run(&f);
-    g_assert_cmpint(op_bytes(f.src, NULL_OP_READ), ==, 8 * MiB);
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_ZERO), ==, 8 * MiB);
-    fixture_destroy(&f);
+    mirror_fixture_init(&f, "null:size=16M,extents=alternate:1M,record=on",
+                        "null:size=16M,record=on", &p);
+    mirror_fixture_run(&f);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.src, NULL_OP_READ), ==, 8 * MiB);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_ZERO), ==, 8 * MiB);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_zero_extents_target_zero(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
     MirrorStats ms;
 
     /* A target known to read as zero: zero extents need no I/O. */
     p.target_is_zero = true;
-    fixture_init(&f, "null:size=16M,extents=alternate:1M,record=on",
-                 "null:size=16M,record=on", &p);
-    fixture_run(&f);
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_ZERO), ==, 0);
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
+    mirror_fixture_init(&f, "null:size=16M,extents=alternate:1M,record=on",
+                        "null:size=16M,record=on", &p);
+    mirror_fixture_run(&f);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_ZERO), ==, 0);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_WRITE), ==, 8 * MiB);
     mirror_get_stats(f.job, &ms);
     g_assert_cmpint(ms.bytes_skipped, ==, 8 * MiB);
     g_assert_cmpint(ms.bytes_copied, ==, 8 * MiB);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_zero_extent_inside_granule(void)
 {
-    MirrorParams p = params(16, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorFixture f;
 
     /* 48 KiB runs against 64 KiB granules: mixed granules are copied. */
-    fixture_init(&f, "null:size=1536K,extents=alternate:48K,record=on",
-                 "null:size=1536K,record=on", &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=1536K,extents=alternate:48K,record=on",
+                        "null:size=1536K,record=on", &p);
+    mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, 0);
-    g_assert_cmpint(op_bytes(f.dst, NULL_OP_WRITE) +
-                    op_bytes(f.dst, NULL_OP_ZERO), ==, 1536 * KiB);
-    fixture_destroy(&f);
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_WRITE) +
+                    mirror_fixture_op_bytes(f.dst, NULL_OP_ZERO), ==,
+                    1536 * KiB);
+    mirror_fixture_destroy(&f);
 }
 
 static void check_write_order(bool in_order)
 {
-    MirrorParams p = params(16, 64 * KiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(16, 64 * KiB, 0);
+    MirrorFixture f;
     GArray *recs;
     int64_t last = -1;
     bool ascending = true;
 
     p.in_order = in_order;
-    fixture_init(&f, "null:size=8M,latency-ns=10000,jitter-ns=2000000",
-                 "null:size=8M,record=on", &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=8M,latency-ns=10000,jitter-ns=2000000",
+                        "null:size=8M,record=on", &p);
+    mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, 0);
     recs = null_get_records(f.dst);
     for (guint i = 0; i < recs->len; i++) {
@@ -335,7 +132,7 @@ static void check_write_order(bool in_order)
     }
     /* With random read latency, only the sequencer keeps writes ordered. */
     g_assert_true(ascending == in_order);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_order_in_order(void)
@@ -350,14 +147,14 @@ static void test_order_out_of_order(void)
 
 static void check_error(const char *src, const char *dst, bool is_read)
 {
-    MirrorParams p = params(4, MiB, 0);
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
     const char *detail;
-    Fixture f;
+    MirrorFixture f;
     MirrorStats ms;
     JobEvent *e;
 
-    fixture_init(&f, src, dst, &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, src, dst, &p);
+    mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, -EIO);
     g_assert_cmpint(f.ev.completed_count, ==, 1);
     g_assert_cmpint(f.ev.error_count, ==, 1);
@@ -384,7 +181,7 @@ static void check_error(const char *src, const char *dst, bool is_read)
                         f.ev.statuses->len * sizeof(JobStatus), expect,
                         sizeof(expect));
     }
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_error_read(void)
@@ -401,24 +198,24 @@ static void test_error_write(void)
 
 static void test_states_success(void)
 {
-    MirrorParams p = params(4, MiB, 0);
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
     static const JobStatus expect[] = {
         JOB_STATUS_RUNNING, JOB_STATUS_READY, JOB_STATUS_WAITING,
         JOB_STATUS_PENDING, JOB_STATUS_CONCLUDED, JOB_STATUS_NULL,
     };
-    Fixture f;
+    MirrorFixture f;
 
-    fixture_init(&f, "null:size=4M", "null:size=4M", &p);
-    fixture_run(&f);
+    mirror_fixture_init(&f, "null:size=4M", "null:size=4M", &p);
+    mirror_fixture_run(&f);
     g_assert_cmpmem(f.ev.statuses->data,
                     f.ev.statuses->len * sizeof(JobStatus), expect,
                     sizeof(expect));
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static gboolean cancel_cb(gpointer opaque)
 {
-    Fixture *f = opaque;
+    MirrorFixture *f = opaque;
     g_autoptr(GError) err = NULL;
 
     g_assert_true(job_user_cancel(f->job, false, &err));
@@ -427,11 +224,12 @@ static gboolean cancel_cb(gpointer opaque)
 
 static void test_cancel_before_ready(void)
 {
-    MirrorParams p = params(4, MiB, 0);
-    Fixture f;
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
+    MirrorFixture f;
     NullStats st;
 
-    fixture_init(&f, "null:size=1G,latency-ns=1000000", "null:size=1G", &p);
+    mirror_fixture_init(&f, "null:size=1G,latency-ns=1000000",
+                        "null:size=1G", &p);
     job_start(f.job);
     g_idle_add(cancel_cb, &f);
     test_run_until(&f.ev.concluded, 60);
@@ -443,11 +241,11 @@ static void test_cancel_before_ready(void)
     null_get_stats(f.src, &st);
     g_assert_cmpuint(st.in_flight, ==, 0);
     g_assert_cmpuint(st.bytes[NULL_OP_READ], <, 64 * MiB);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 typedef struct PauseCtx {
-    Fixture *f;
+    MirrorFixture *f;
     bool paused;
     uint64_t requests_at_pause;
 } PauseCtx;
@@ -480,14 +278,14 @@ static gboolean pause_cb(gpointer opaque)
 
 static void test_pause_resume(void)
 {
-    MirrorParams p = params(4, MiB, 0);
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
     g_autoptr(GError) err = NULL;
     PauseCtx pc = { 0 };
-    Fixture f;
+    MirrorFixture f;
     NullStats st;
 
-    fixture_init(&f, "null:size=64M,latency-ns=200000", "null:size=64M",
-                 &p);
+    mirror_fixture_init(&f, "null:size=64M,latency-ns=200000", "null:size=64M",
+                        &p);
     pc.f = &f;
     job_add_listener(f.job, pause_listener, &pc);
     job_start(f.job);
@@ -505,16 +303,16 @@ static void test_pause_resume(void)
     g_assert_cmpint(f.job->ret, ==, 0);
     null_get_stats(f.src, &st);
     g_assert_cmpuint(st.bytes[NULL_OP_READ], ==, 64 * MiB);
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_verbs(void)
 {
-    MirrorParams p = params(4, MiB, 0);
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
     g_autoptr(GError) err = NULL;
-    Fixture f;
+    MirrorFixture f;
 
-    fixture_init(&f, "null:size=4M", "null:size=4M", &p);
+    mirror_fixture_init(&f, "null:size=4M", "null:size=4M", &p);
     g_assert_false(job_complete(f.job, &err));
     g_assert_cmpstr(err->message, ==, "Job 'job0' in state 'created' cannot "
                     "accept command verb 'complete'");
@@ -523,11 +321,11 @@ static void test_verbs(void)
     g_clear_error(&err);
     g_assert_false(job_set_speed(f.job, -1, &err));
     g_clear_error(&err);
-    fixture_run(&f);
+    mirror_fixture_run(&f);
     g_assert_false(job_user_pause(f.job, &err));
     g_assert_cmpstr(err->message, ==, "Job 'job0' in state 'null' cannot "
                     "accept command verb 'pause'");
-    fixture_destroy(&f);
+    mirror_fixture_destroy(&f);
 }
 
 static void test_bad_params(void)
@@ -578,11 +376,6 @@ static void test_bad_params(void)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    g_test_add_func("/mirror/limits/in-flight", test_limits_in_flight);
-    g_test_add_func("/mirror/limits/buf-size", test_limits_buf_size);
-    g_test_add_func("/mirror/limits/window", test_limits_window);
-    g_test_add_func("/mirror/limits/chunk-cap-large-granularity",
-                    test_chunk_cap_large_granularity);
     g_test_add_func("/mirror/bulk/coalesce", test_coalesce);
     g_test_add_func("/mirror/bulk/unaligned-length", test_unaligned_length);
     g_test_add_func("/mirror/bulk/zero-length", test_zero_length);
