@@ -1,7 +1,9 @@
 /*
  * NBD client driver: one libnbd handle's life.  Connecting is the control
- * path and blocks (synchronous libnbd calls); once connected the handle
- * is only driven asynchronously through its GSource (nbd-source.c).
+ * path: started (nbd_aio_connect_*), then driven by poll() until the
+ * handshake is over, blocking, so that several can be made at once; once
+ * connected the handle is only driven asynchronously through its GSource
+ * (nbd-source.c).
  * Closing never waits for the server.
  *
  * Copyright (C) 2026 qemu-mirror authors
@@ -11,6 +13,7 @@
 #include "util/sockets.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 /* libnbd's last error, prefixed with the spec, the user name scrubbed. */
@@ -53,7 +56,7 @@ static int nbdblk_conn_setup_tls(const NbdBlkUri *uri, struct nbd_handle *h)
     return 0;
 }
 
-bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp)
 {
     const NbdBlkUri *uri = s->uri;
     g_autofree char *name = g_strdup_printf("nbdblk-%d", c->index);
@@ -86,9 +89,9 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     r = r < 0 ? r : nbdblk_conn_setup_tls(uri, h);
     if (r >= 0) {
         if (uri->transport == NBDBLK_TRANSPORT_UNIX) {
-            r = nbd_connect_unix(h, uri->socket);
+            r = nbd_aio_connect_unix(h, uri->socket);
         } else {
-            r = nbd_connect_tcp(h, uri->host, uri->port);
+            r = nbd_aio_connect_tcp(h, uri->host, uri->port);
         }
     }
     if (r < 0) {
@@ -104,6 +107,66 @@ bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     c->dead = false;
     c->in_flight = 0;
     return true;
+}
+
+bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+{
+    while (nbd_aio_is_connecting(c->h) == 1) {
+        if (nbd_poll(c->h, -1) < 0) {
+            break;
+        }
+    }
+    if (nbd_aio_is_ready(c->h) != 1) {
+        nbdblk_conn_error(s, errp);
+        nbd_close(c->h);
+        c->h = NULL;
+        return false;
+    }
+    return true;
+}
+
+bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+{
+    return nbdblk_conn_start(s, c, errp) && nbdblk_conn_finish(s, c, errp);
+}
+
+int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms)
+{
+    struct pollfd fds[NBDBLK_MAX_CONNECTIONS];
+    int r;
+
+    g_assert(n <= NBDBLK_MAX_CONNECTIONS);
+    for (int i = 0; i < n; i++) {
+        unsigned dir = nbd_aio_get_direction(conns[i].h);
+
+        fds[i].fd = nbd_aio_get_fd(conns[i].h);
+        fds[i].events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+                        (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0);
+        fds[i].revents = 0;
+    }
+    do {
+        r = poll(fds, n, timeout_ms);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        /* As nbd_poll() does; a failure leaves the handle dead, which its
+         * owner sees (its commands fail, or it is not ready). */
+        if (fds[i].revents & (POLLIN | POLLHUP)) {
+            r = nbd_aio_notify_read(conns[i].h);
+        } else if (fds[i].revents & POLLOUT) {
+            r = nbd_aio_notify_write(conns[i].h);
+        } else if (fds[i].revents & POLLERR) {
+            r = -1;
+        } else {
+            continue;
+        }
+        if (r < 0 && i == 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void nbdblk_conn_close(NbdBlkConn *c)

@@ -97,6 +97,8 @@ struct NbdBlkState {
     char *display;              /* the spec for messages (redacted) */
     NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
     int nr_conns;               /* conns[0..nr_conns) are connected */
+    int nr_starting;            /* conns[nr_conns..+nr_starting) are
+                                 * connecting (at open only) */
     int nr_planned;             /* at most this many (bl.channels) */
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;
@@ -140,6 +142,25 @@ struct NbdBlkState {
 bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp);
 
 /*
+ * nbdblk_conn_connect() in two steps.  Start: create c->h and begin
+ * connecting (the socket's connect and the handshake go on as
+ * nbdblk_conns_poll() drives the handle).  Finish: drive it until the
+ * handshake is over, blocking; true when it is ready.  Either sets @errp
+ * and leaves c->h NULL on failure.
+ */
+bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
+bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp);
+
+/*
+ * One poll() of at most @timeout_ms over the sockets of conns[0..@n),
+ * each in the direction libnbd wants, then what was ready handed to
+ * libnbd.  -1 when poll() fails or conns[0]'s handle fails (the others
+ * failing leaves them dead, for their owner to see); 0 otherwise.  Not for
+ * handles that have a GSource.
+ */
+int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms);
+
+/*
  * Close c->h without waiting for the server: send NBD_CMD_DISC when the
  * connection is healthy, then nbd_close().  Requests still in flight are
  * dropped without completion (close() runs with nothing in flight).
@@ -173,8 +194,16 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
 /*
- * Make connections up to s->nr_planned (blocking) and attach their
- * sources when @attach.  They are an optimisation: one that cannot be
+ * Start connecting (nbdblk_conn_start()) the connections up to
+ * s->nr_planned not made or started yet; nbdblk_connect_more() finishes
+ * them, nbdblk_connect_drop_started() closes them.  At open only.
+ */
+void nbdblk_connect_start_more(NbdBlkState *s);
+void nbdblk_connect_drop_started(NbdBlkState *s);
+
+/*
+ * Make connections up to s->nr_planned (blocking; those started first)
+ * and attach their sources when @attach.  They are an optimisation: one that cannot be
  * made (a client limit, say) ends the attempt and keeps those there are.
  * Called at open and from a dispatch (nbdblk_process_done()).
  */

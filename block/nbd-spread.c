@@ -102,7 +102,10 @@ static int nbdblk_probe_cb(void *opaque, int *error)
  * time in ns, -1 on an error, or INT64_MAX when no answer came within
  * NBDBLK_PROBE_WAIT_NS (a server that never answers must not hang the
  * open; the read then stays in flight, and s->probe_buf with it, until
- * close).
+ * close).  Once it has waited NBDBLK_SPREAD_LATENCY_NS, the server looks
+ * latency-bound and the other connections are started, so that their
+ * handshakes (5-15 ms with nbdkit, which starts its threads before
+ * answering) overlap the wait; they are driven here too.
  */
 static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
 {
@@ -119,12 +122,19 @@ static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
         return -1;
     }
     while (s->probe_state == 0) {
-        int64_t left = deadline - clock_ns();
+        int64_t now = clock_ns();
+        int64_t left = deadline - now;
 
         if (left <= 0) {
             return INT64_MAX;
         }
-        if (nbd_poll(h, MAX(left / 1000000, 1)) < 0) {
+        if (now - start >= NBDBLK_SPREAD_LATENCY_NS) {
+            nbdblk_connect_start_more(s);
+        } else {
+            left = MIN(left, start + NBDBLK_SPREAD_LATENCY_NS - now);
+        }
+        if (nbdblk_conns_poll(s->conns, s->nr_conns + s->nr_starting,
+                              MAX(left / 1000000, 1)) < 0) {
             return -1;
         }
     }
@@ -137,6 +147,9 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
     int64_t best = INT64_MAX;
     bool probed = false;
 
+    if (asked) {
+        nbdblk_connect_start_more(s);   /* made anyway: during the probe */
+    }
     if (s->size >= len) {
         s->probe_buf = g_malloc(len);
         for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
@@ -159,6 +172,8 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
         nbdblk_connect_more(s, false);
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
     } else {
+        /* Started for a first answer that was slow, then a quick one. */
+        nbdblk_connect_drop_started(s);
         nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP, 1);
     }
     g_debug("nbd: %s: idle read of %" PRId64 " bytes in %" PRId64 " us: "

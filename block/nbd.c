@@ -135,22 +135,69 @@ static bool nbdblk_read_export(NbdBlkState *s, int flags, GError **errp)
     return true;
 }
 
+void nbdblk_connect_start_more(NbdBlkState *s)
+{
+    while (s->nr_conns + s->nr_starting < s->nr_planned) {
+        NbdBlkConn *c = &s->conns[s->nr_conns + s->nr_starting];
+        g_autoptr(GError) err = NULL;
+
+        c->index = s->nr_conns + s->nr_starting;
+        if (!nbdblk_conn_start(s, c, &err)) {
+            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
+                    err->message);
+            return;
+        }
+        s->nr_starting++;
+    }
+}
+
+void nbdblk_connect_drop_started(NbdBlkState *s)
+{
+    if (s->nr_starting) {
+        g_debug("nbd: %s: closing %d connection(s) started during the probe",
+                s->display, s->nr_starting);
+    }
+    for (int i = 0; i < s->nr_starting; i++) {
+        nbdblk_conn_close(&s->conns[s->nr_conns + i]);
+    }
+    s->nr_starting = 0;
+}
+
 void nbdblk_connect_more(NbdBlkState *s, bool attach)
 {
     while (s->nr_conns < s->nr_planned) {
         NbdBlkConn *c = &s->conns[s->nr_conns];
         g_autoptr(GError) err = NULL;
+        bool ok;
 
-        c->index = s->nr_conns;
-        if (!nbdblk_conn_connect(s, c, &err)) {
-            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
-                    err->message);
+        if (s->nr_starting) {
+            /* Started while the open-time probe waited: finish it. */
+            ok = nbdblk_conn_finish(s, c, &err);
+        } else {
+            c->index = s->nr_conns;
+            ok = nbdblk_conn_connect(s, c, &err);
+        }
+        if (ok && (nbd_get_size(c->h) != s->size ||
+                   nbd_is_read_only(c->h) != s->read_only)) {
+            nbdblk_conn_close(c);
+            ok = false;
+        }
+        if (!ok) {
+            if (err) {
+                g_debug("nbd: %s: connection %d: %s", s->display, c->index,
+                        err->message);
+            }
+            if (s->nr_starting) {
+                /* c (closed) was the first of them: close the others. */
+                for (int i = 1; i < s->nr_starting; i++) {
+                    nbdblk_conn_close(&s->conns[s->nr_conns + i]);
+                }
+                s->nr_starting = 0;
+            }
             return;
         }
-        if (nbd_get_size(c->h) != s->size ||
-            nbd_is_read_only(c->h) != s->read_only) {
-            nbdblk_conn_close(c);
-            return;
+        if (s->nr_starting) {
+            s->nr_starting--;
         }
         s->nr_conns++;
         if (attach) {
@@ -169,6 +216,7 @@ static void nbdblk_close(BlockDriverState *bs)
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
+    nbdblk_connect_drop_started(s);
     nbdblk_drop_requests(s);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);

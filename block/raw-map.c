@@ -138,6 +138,27 @@ bool raw_views_pay(void)
     return pays;
 }
 
+static gpointer raw_views_probe_thread(gpointer opaque)
+{
+    raw_views_pay();
+    return NULL;
+}
+
+void raw_views_probe_early(void)
+{
+    static gsize started;
+
+    if (g_once_init_enter(&started)) {
+        GThread *t = g_thread_try_new("views-probe", raw_views_probe_thread,
+                                      NULL, NULL);
+
+        if (t) {
+            g_thread_unref(t);
+        }
+        g_once_init_leave(&started, 1);
+    }
+}
+
 bool raw_can_map(BlockDriverState *bs)
 {
     BDRVRawState *s = bs->opaque;
