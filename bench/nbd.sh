@@ -15,10 +15,13 @@
 #       `--filter=delay delay-write=10ms delay-read=10ms`;
 #   W3  2 GiB of random data into the same `file` export, without delay.
 # On W2 and W3 two "floor" rows run bench/nbd-floor.c (built with cc; FLOOR=0
-# drops them): the file written in 1 MiB requests, 16 in flight, by a bare
-# client with no library, read into one buffer and sent ("read"), or moved
-# with splice(2) without a copy on the client's side ("splice").  What the
-# kernel and nbdkit allow; not a peer, no verdict is taken on them.
+# drops them): the file written in 1 MiB requests by a bare client with no
+# library, read into one buffer and sent ("read"), or moved with splice(2)
+# without a copy on the client's side ("splice").  On W3 one connection
+# with 16 in flight; on W2 what mirror-tool uses there: one connection per
+# CPU up to 4, each with 32 in flight (a request queued behind each of
+# nbdkit's 16 workers).  What the kernel and nbdkit allow; not a peer, no
+# verdict is taken on them.
 # Methodology as in bench/convert.sh: before every W2/W3 run (untimed) the
 # target is re-created from a random template with `cp --sparse=never` and
 # after it `cmp` checks it against the source; one untimed warm-up round
@@ -73,6 +76,8 @@ trap 'exit 130' INT TERM
 RES=$SCRATCH/results.tsv        # workload row wall cpu rss_kib cpu+srv load1 rss_limit_kib
 FAILS=$SCRATCH/fails.tsv        # workload row reason
 FLOORS=                         # rows of bench/nbd-floor.c: no peers
+FLOOR_W2_CONNS=$(nproc)         # as nbdblk_default_connections()
+((FLOOR_W2_CONNS > 4)) && FLOOR_W2_CONNS=4
 is_floor() { [[ " $FLOORS " == *" $1 "* ]]; }
 STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
 : >"$RES"; : >"$FAILS"; : >"$STATS"
@@ -155,7 +160,11 @@ run_one() {
         filt+=(--filter=log --filter=stats)
         sargs=(statsfile="$SCRATCH/stats" statsthreshold=0 logfile="$SCRATCH/log")
     fi
-    inner="/usr/bin/time -o $SCRATCH/inner -f '%e %U %S %M' ${CMD[$row]} $src $dst"
+    local fargs=
+    if is_floor "$row" && [[ $wl == W2 ]]; then
+        fargs="32 $FLOOR_W2_CONNS"     # IN_FLIGHT per connection, CONNECTIONS
+    fi
+    inner="/usr/bin/time -o $SCRATCH/inner -f '%e %U %S %M' ${CMD[$row]} $src $dst $fargs"
     # A default buf-size row logs its window as it changes (it follows the
     # NBD connections taking requests and the server's latency): the
     # largest is that run's buf-size, for its RSS limit.
