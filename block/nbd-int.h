@@ -44,6 +44,7 @@ typedef enum NbdBlkSpread {
     NBDBLK_SPREAD_WARMUP,       /* one connection, before the trial */
     NBDBLK_SPREAD_TRY_ONE,      /* trial window on one connection */
     NBDBLK_SPREAD_CONNECT,      /* slow answers: connect the others */
+    NBDBLK_SPREAD_CONNECTING,   /* their handshakes are going on */
     NBDBLK_SPREAD_WARMUP_ALL,   /* all of them, before their window */
     NBDBLK_SPREAD_TRY_ALL,      /* trial window on all of them */
 } NbdBlkSpread;
@@ -90,6 +91,9 @@ struct NbdBlkConn {
     GSource *source;
     unsigned in_flight;         /* counted requests issued here */
     bool dead;                  /* libnbd handle dead or closed */
+    bool connecting;            /* started from a dispatch, its GSource
+                                 * driving the handshake: not one of the
+                                 * node's connections yet */
 };
 
 struct NbdBlkState {
@@ -195,22 +199,28 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
 /*
  * Start connecting (nbdblk_conn_start()) the connections up to
- * s->nr_planned not made or started yet; nbdblk_connect_more() finishes
- * them, nbdblk_connect_drop_started() closes them.  At open only.
+ * s->nr_planned not made or started yet, as conns[nr_conns..+nr_starting).
+ * nbdblk_connect_more() finishes them at open; from a dispatch, their
+ * GSources drive them.  nbdblk_connect_drop_started() closes them (and
+ * destroys their sources).
  */
 void nbdblk_connect_start_more(NbdBlkState *s);
 void nbdblk_connect_drop_started(NbdBlkState *s);
 
 /*
- * Make connections up to s->nr_planned (blocking; those started first)
- * and attach their sources when @attach.  They are an optimisation: one that cannot be
- * made (a client limit, say) ends the attempt and keeps those there are.
- * Called at open and from a dispatch (nbdblk_process_done()).
+ * At open: make connections up to s->nr_planned (blocking; those started
+ * first).  They are an optimisation: one that cannot be made (a client
+ * limit, say) ends the attempt and keeps those there are.
  */
-void nbdblk_connect_more(NbdBlkState *s, bool attach);
+void nbdblk_connect_more(NbdBlkState *s);
 
-/* From a dispatch, no libnbd lock held: make the connections a trial
- * asked for (NBDBLK_SPREAD_CONNECT); a no-op otherwise. */
+/*
+ * From a dispatch, no libnbd lock held: start the connections a trial
+ * asked for (NBDBLK_SPREAD_CONNECT), with GSources that drive their
+ * handshakes without blocking the main loop; once none is connecting any
+ * more, those ready join the node and the trial goes on.  A no-op in the
+ * other phases.
+ */
 void nbdblk_spread_dispatch(NbdBlkState *s);
 
 /* The live connection among the active ones with the fewest counted

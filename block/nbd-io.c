@@ -238,8 +238,8 @@ void nbdblk_set_dead(NbdBlkState *s, int err)
 
 void nbdblk_conn_check(NbdBlkConn *c)
 {
-    if (c->dead || !c->h) {
-        return;
+    if (c->dead || !c->h || c->connecting) {
+        return;         /* a failed handshake is the spread's business */
     }
     if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
         c->dead = true;

@@ -36,7 +36,9 @@
  *   with a second made and idle, 0.75 s with the old trial that also sent
  *   it requests).
  * - A server slow to answer even then (slow only at writing, say, or busy)
- *   gets the others, made from a dispatch (nbdblk_spread_dispatch()):
+ *   gets the others, started from a dispatch (nbdblk_spread_dispatch())
+ *   and driven through their handshakes by their GSources, so the main
+ *   loop (guests writing through our export, say) never waits on them:
  *   NBDBLK_TRIAL_WARMUP bytes per connection on all of them, for the new
  *   connections' start, then NBDBLK_TRIAL_BYTES timed; all stay only if
  *   that was at least NBDBLK_TRIAL_GAIN times as fast as one, and then
@@ -169,7 +171,7 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
     }
     s->latency_bound = probed && best >= NBDBLK_SPREAD_LATENCY_NS;
     if (asked || s->latency_bound) {
-        nbdblk_connect_more(s, false);
+        nbdblk_connect_more(s);
         nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
     } else {
         /* Started for a first answer that was slow, then a quick one. */
@@ -184,12 +186,50 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
                                                : "one connection, then a trial");
 }
 
+/*
+ * The connections started from a dispatch are done connecting: those
+ * ready, up to the first that is not (or does not match the first
+ * connection), join the node with their sources; the rest are closed.
+ */
+static void nbdblk_spread_join(NbdBlkState *s)
+{
+    while (s->nr_starting) {
+        NbdBlkConn *c = &s->conns[s->nr_conns];
+
+        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
+            nbd_is_read_only(c->h) != s->read_only) {
+            g_debug("nbd: %s: connection %d could not be made",
+                    s->display, c->index);
+            break;
+        }
+        c->connecting = false;
+        s->nr_conns++;
+        s->nr_starting--;
+    }
+    nbdblk_connect_drop_started(s);
+}
+
 void nbdblk_spread_dispatch(NbdBlkState *s)
 {
-    if (s->spread != NBDBLK_SPREAD_CONNECT) {
+    if (s->spread == NBDBLK_SPREAD_CONNECT) {
+        nbdblk_connect_start_more(s);
+        for (int i = 0; i < s->nr_starting; i++) {
+            NbdBlkConn *c = &s->conns[s->nr_conns + i];
+
+            c->connecting = true;
+            nbdblk_source_attach(c);
+        }
+        s->spread = NBDBLK_SPREAD_CONNECTING;
+    }
+    if (s->spread != NBDBLK_SPREAD_CONNECTING) {
         return;
     }
-    nbdblk_connect_more(s, true);
+    for (int i = 0; i < s->nr_starting; i++) {
+        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1) {
+            return;     /* a later dispatch, of its source or another */
+        }
+    }
+    nbdblk_spread_join(s);
     if (s->nr_conns == 1) {
         /* Nothing to spread to: the deep window alone. */
         s->latency_bound = true;
@@ -236,6 +276,7 @@ void nbdblk_spread_done(NbdBlkReq *req)
                           req->bytes * NBDBLK_TRIAL_NS_PER_BYTE);
     s->trial_bytes += req->bytes;
     if (s->spread == NBDBLK_SPREAD_CONNECT ||
+        s->spread == NBDBLK_SPREAD_CONNECTING ||
         s->trial_bytes < (s->spread == NBDBLK_SPREAD_WARMUP ?
                           NBDBLK_TRIAL_WARMUP :
                           s->spread == NBDBLK_SPREAD_WARMUP_ALL ?
@@ -276,6 +317,7 @@ void nbdblk_spread_done(NbdBlkReq *req)
                 rate * 1000, s->nr_conns, s->nr_active);
         break;
     case NBDBLK_SPREAD_CONNECT:
+    case NBDBLK_SPREAD_CONNECTING:
     case NBDBLK_SPREAD_FIXED:
         g_assert_not_reached();
     }

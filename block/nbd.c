@@ -154,16 +154,20 @@ void nbdblk_connect_start_more(NbdBlkState *s)
 void nbdblk_connect_drop_started(NbdBlkState *s)
 {
     if (s->nr_starting) {
-        g_debug("nbd: %s: closing %d connection(s) started during the probe",
+        g_debug("nbd: %s: closing %d connection(s) started and not joined",
                 s->display, s->nr_starting);
     }
     for (int i = 0; i < s->nr_starting; i++) {
-        nbdblk_conn_close(&s->conns[s->nr_conns + i]);
+        NbdBlkConn *c = &s->conns[s->nr_conns + i];
+
+        nbdblk_source_destroy(c);
+        nbdblk_conn_close(c);
+        c->connecting = false;
     }
     s->nr_starting = 0;
 }
 
-void nbdblk_connect_more(NbdBlkState *s, bool attach)
+void nbdblk_connect_more(NbdBlkState *s)
 {
     while (s->nr_conns < s->nr_planned) {
         NbdBlkConn *c = &s->conns[s->nr_conns];
@@ -200,9 +204,6 @@ void nbdblk_connect_more(NbdBlkState *s, bool attach)
             s->nr_starting--;
         }
         s->nr_conns++;
-        if (attach) {
-            nbdblk_source_attach(c);
-        }
     }
 }
 

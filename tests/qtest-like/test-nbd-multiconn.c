@@ -235,6 +235,18 @@ static void write_stream(BlockDriverState *bs, uint8_t *buf, int mib,
     g_assert_cmpint(st.failed, ==, 0);
 }
 
+/* Write 1 MiB of @fill at @off and read it back. */
+static void check_mib(BlockDriverState *bs, int64_t off, uint8_t fill)
+{
+    g_autofree uint8_t *w = g_malloc(MiB);
+    g_autofree uint8_t *r = g_malloc(MiB);
+
+    memset(w, fill, MiB);
+    g_assert_cmpint(test_pwrite(bs, off, MiB, w), ==, 0);
+    g_assert_cmpint(test_pread(bs, off, MiB, r), ==, 0);
+    g_assert_cmpmem(r, MiB, w, MiB);
+}
+
 /* Write streams of 64 MiB until the spread is decided (at most 1 GiB). */
 static void write_until_decided(BlockDriverState *bs, uint8_t *buf)
 {
@@ -251,7 +263,8 @@ static void write_until_decided(BlockDriverState *bs, uint8_t *buf)
  * was slow; a read latency of 10 ms makes all
  * connections at open and asks for a deep window, and so does a read
  * that gets no answer; a write latency of 100 ms (reads fast) gets the
- * others after the trial, and the deep window (alone without multi-conn);
+ * others after the trial, and the deep window (alone without multi-conn,
+ * or when the server takes one client only);
  * a server that serialises every request gains nothing from more
  * connections and goes back to one.
  */
@@ -323,7 +336,6 @@ static void test_spread(void)
                                               NULL);
         g_autoptr(BlockDriverState) bs = must_open(once->uri, BDRV_O_RDWR,
                                                    NULL);
-        g_autofree uint8_t *back = g_malloc(MiB);
 
         if (nbdblk_spread_decided(bs)) {
             /* Only if the hit too took 2 ms or more (a loaded machine). */
@@ -334,11 +346,7 @@ static void test_spread(void)
             g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
             g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 8 * MiB);
         }
-        memset(buf, 0x5c, MiB);
-        g_assert_cmpint(test_pwrite(bs, 3 * MiB, MiB, buf), ==, 0);
-        g_assert_cmpint(test_pread(bs, 3 * MiB, MiB, back), ==, 0);
-        g_assert_cmpmem(back, MiB, buf, MiB);
-        memset(buf, 0, MiB);
+        check_mib(bs, 3 * MiB, 0x5c);
     }
     {
         g_autoptr(Server) slow = server_start("--filter=delay", "memory",
@@ -418,6 +426,26 @@ static void test_spread(void)
         write_until_decided(bs, buf);
         g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
         g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
+    }
+    {
+        /*
+         * Slow at writing, and one client at a time: the others' handshakes
+         * fail (their GSources drive them, the main loop goes on), and the
+         * node goes on with one connection and the deep window.
+         */
+        g_autoptr(Server) lim = server_start("--filter=limit",
+                                             "--filter=delay", "file", file,
+                                             "delay-write=100ms", "limit=1",
+                                             NULL);
+        g_autoptr(BlockDriverState) bs = must_open(lim->uri, BDRV_O_RDWR,
+                                                   NULL);
+
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
+        write_until_decided(bs, buf);
+        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
+        g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
+        check_mib(bs, 5 * MiB, 0x3a);
     }
     {
         g_autoptr(Server) serial = server_start("--filter=noparallel",
