@@ -143,6 +143,28 @@ static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
     return s->probe_state > 0 ? clock_ns() - start : -1;
 }
 
+/*
+ * Before a second idle read: drive the connections started during the
+ * first through their handshakes, so that the second read does not run
+ * beside nbdkit starting their threads, the very stall it is there to see
+ * past.  Blocking, as nbdblk_connect_more() is.
+ */
+static void nbdblk_probe_quiesce(NbdBlkState *s)
+{
+    NbdBlkConn *first = &s->conns[s->nr_conns];
+    bool busy = true;
+
+    while (busy) {
+        busy = false;
+        for (int i = 0; i < s->nr_starting; i++) {
+            busy = busy || nbd_aio_is_connecting(first[i].h) == 1;
+        }
+        if (busy && nbdblk_conns_poll(first, s->nr_starting, 1000) < 0) {
+            break;      /* the first of them failed: connect_more sees it */
+        }
+    }
+}
+
 void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
@@ -155,7 +177,12 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
     if (s->size >= len) {
         s->probe_buf = g_malloc(len);
         for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
-            int64_t t = nbdblk_probe_read(s, len);
+            int64_t t;
+
+            if (i > 0) {
+                nbdblk_probe_quiesce(s);
+            }
+            t = nbdblk_probe_read(s, len);
 
             if (t < 0) {
                 break;  /* a read error is the copy's business */
