@@ -102,7 +102,7 @@ struct NbdBlkState {
     NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
     int nr_conns;               /* conns[0..nr_conns) are connected */
     int nr_starting;            /* conns[nr_conns..+nr_starting) are
-                                 * connecting (at open only) */
+                                 * connecting (nbdblk_connect_start_more()) */
     int nr_planned;             /* at most this many (bl.channels) */
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;

@@ -118,6 +118,8 @@ static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
     };
     int64_t start = clock_ns();
     int64_t deadline = start + NBDBLK_PROBE_WAIT_NS;
+    bool started = false;       /* once: one that cannot be made now
+                                 * would fail again */
 
     s->probe_state = 0;
     if (nbd_aio_pread(h, s->probe_buf, len, 0, cb, 0) < 0) {
@@ -131,7 +133,10 @@ static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
             return INT64_MAX;
         }
         if (now - start >= NBDBLK_SPREAD_LATENCY_NS) {
-            nbdblk_connect_start_more(s);
+            if (!started) {
+                nbdblk_connect_start_more(s);
+                started = true;
+            }
         } else {
             left = MIN(left, start + NBDBLK_SPREAD_LATENCY_NS - now);
         }
