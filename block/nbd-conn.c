@@ -109,7 +109,8 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     return true;
 }
 
-bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+/* Drive c->h (started) until the handshake is over, blocking. */
+static bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp)
 {
     while (nbd_aio_is_connecting(c->h) == 1) {
         if (nbd_poll(c->h, -1) < 0) {

@@ -146,14 +146,12 @@ struct NbdBlkState {
 bool nbdblk_conn_connect(NbdBlkState *s, NbdBlkConn *c, GError **errp);
 
 /*
- * nbdblk_conn_connect() in two steps.  Start: create c->h and begin
- * connecting (the socket's connect and the handshake go on as
- * nbdblk_conns_poll() drives the handle).  Finish: drive it until the
- * handshake is over, blocking; true when it is ready.  Either sets @errp
- * and leaves c->h NULL on failure.
+ * The first step of nbdblk_conn_connect(): create c->h and begin
+ * connecting; the socket's connect and the handshake go on as
+ * nbdblk_conns_poll() or the handle's GSource drives it.  On failure sets
+ * @errp and leaves c->h NULL.
  */
 bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
-bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp);
 
 /*
  * One poll() of at most @timeout_ms over the sockets of conns[0..@n),
@@ -207,10 +205,21 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked);
 void nbdblk_connect_start_more(NbdBlkState *s);
 void nbdblk_connect_drop_started(NbdBlkState *s);
 
+/* Drive the started connections until none is connecting (blocking). */
+void nbdblk_connect_wait_started(NbdBlkState *s);
+
 /*
- * At open: make connections up to s->nr_planned (blocking; those started
- * first).  They are an optimisation: one that cannot be made (a client
+ * The started connections are done connecting: those ready, up to the
+ * first that is not (or does not match the first connection), join the
+ * node (with their GSources, if they have them); the rest are closed.
+ * More connections are an optimisation: one that cannot be made (a client
  * limit, say) ends the attempt and keeps those there are.
+ */
+void nbdblk_connect_join(NbdBlkState *s);
+
+/*
+ * At open: make connections up to s->nr_planned, all at once, blocking
+ * (start, wait, join).
  */
 void nbdblk_connect_more(NbdBlkState *s);
 

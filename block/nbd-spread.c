@@ -148,28 +148,6 @@ static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
     return s->probe_state > 0 ? clock_ns() - start : -1;
 }
 
-/*
- * Before a second idle read: drive the connections started during the
- * first through their handshakes, so that the second read does not run
- * beside nbdkit starting their threads, the very stall it is there to see
- * past.  Blocking, as nbdblk_connect_more() is.
- */
-static void nbdblk_probe_quiesce(NbdBlkState *s)
-{
-    NbdBlkConn *first = &s->conns[s->nr_conns];
-    bool busy = true;
-
-    while (busy) {
-        busy = false;
-        for (int i = 0; i < s->nr_starting; i++) {
-            busy = busy || nbd_aio_is_connecting(first[i].h) == 1;
-        }
-        if (busy && nbdblk_conns_poll(first, s->nr_starting, 1000) < 0) {
-            break;      /* the first of them failed: connect_more sees it */
-        }
-    }
-}
-
 void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
@@ -185,7 +163,9 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
             int64_t t;
 
             if (i > 0) {
-                nbdblk_probe_quiesce(s);
+                /* Not beside nbdkit starting the new connections' threads:
+                 * the very stall this second read is there to see past. */
+                nbdblk_connect_wait_started(s);
             }
             t = nbdblk_probe_read(s, len);
 
@@ -218,29 +198,6 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
                                                : "one connection, then a trial");
 }
 
-/*
- * The connections started from a dispatch are done connecting: those
- * ready, up to the first that is not (or does not match the first
- * connection), join the node with their sources; the rest are closed.
- */
-static void nbdblk_spread_join(NbdBlkState *s)
-{
-    while (s->nr_starting) {
-        NbdBlkConn *c = &s->conns[s->nr_conns];
-
-        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
-            nbd_is_read_only(c->h) != s->read_only) {
-            g_debug("nbd: %s: connection %d could not be made",
-                    s->display, c->index);
-            break;
-        }
-        c->connecting = false;
-        s->nr_conns++;
-        s->nr_starting--;
-    }
-    nbdblk_connect_drop_started(s);
-}
-
 void nbdblk_spread_dispatch(NbdBlkState *s)
 {
     if (s->spread == NBDBLK_SPREAD_CONNECT) {
@@ -261,7 +218,7 @@ void nbdblk_spread_dispatch(NbdBlkState *s)
             return;     /* a later dispatch, of its source or another */
         }
     }
-    nbdblk_spread_join(s);
+    nbdblk_connect_join(s);
     if (s->nr_conns == 1) {
         /* Nothing to spread to: the deep window alone. */
         s->latency_bound = true;

@@ -167,44 +167,47 @@ void nbdblk_connect_drop_started(NbdBlkState *s)
     s->nr_starting = 0;
 }
 
+void nbdblk_connect_wait_started(NbdBlkState *s)
+{
+    NbdBlkConn *first = &s->conns[s->nr_conns];
+    bool busy = true;
+
+    while (busy) {
+        busy = false;
+        for (int i = 0; i < s->nr_starting; i++) {
+            busy = busy || nbd_aio_is_connecting(first[i].h) == 1;
+        }
+        if (busy && nbdblk_conns_poll(first, s->nr_starting, 1000) < 0) {
+            break;      /* the first of them failed: the join sees it */
+        }
+    }
+}
+
+void nbdblk_connect_join(NbdBlkState *s)
+{
+    while (s->nr_starting) {
+        NbdBlkConn *c = &s->conns[s->nr_conns];
+
+        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
+            nbd_is_read_only(c->h) != s->read_only) {
+            g_debug("nbd: %s: connection %d could not be made: %s",
+                    s->display, c->index,
+                    nbd_aio_is_ready(c->h) != 1 ? "no handshake"
+                                                : "a different export");
+            break;
+        }
+        c->connecting = false;
+        s->nr_conns++;
+        s->nr_starting--;
+    }
+    nbdblk_connect_drop_started(s);
+}
+
 void nbdblk_connect_more(NbdBlkState *s)
 {
-    while (s->nr_conns < s->nr_planned) {
-        NbdBlkConn *c = &s->conns[s->nr_conns];
-        g_autoptr(GError) err = NULL;
-        bool ok;
-
-        if (s->nr_starting) {
-            /* Started while the open-time probe waited: finish it. */
-            ok = nbdblk_conn_finish(s, c, &err);
-        } else {
-            c->index = s->nr_conns;
-            ok = nbdblk_conn_connect(s, c, &err);
-        }
-        if (ok && (nbd_get_size(c->h) != s->size ||
-                   nbd_is_read_only(c->h) != s->read_only)) {
-            nbdblk_conn_close(c);
-            ok = false;
-        }
-        if (!ok) {
-            if (err) {
-                g_debug("nbd: %s: connection %d: %s", s->display, c->index,
-                        err->message);
-            }
-            if (s->nr_starting) {
-                /* c (closed) was the first of them: close the others. */
-                for (int i = 1; i < s->nr_starting; i++) {
-                    nbdblk_conn_close(&s->conns[s->nr_conns + i]);
-                }
-                s->nr_starting = 0;
-            }
-            return;
-        }
-        if (s->nr_starting) {
-            s->nr_starting--;
-        }
-        s->nr_conns++;
-    }
+    nbdblk_connect_start_more(s);
+    nbdblk_connect_wait_started(s);
+    nbdblk_connect_join(s);
 }
 
 static void nbdblk_close(BlockDriverState *bs)
