@@ -205,7 +205,7 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
         .ai_socktype = SOCK_STREAM,
     };
     struct addrinfo *res, *ai;
-    guint64 port_num;
+    int64_t port_num;
     size_t hl;
     int rc, err = 0;
 
@@ -221,8 +221,8 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
         memmove(host, host + 1, hl - 2);    /* [::1] -> ::1 */
         host[hl - 2] = '\0';
     }
-    if (!*host || !g_ascii_string_to_unsigned(port, 10, 0, 65535,
-                                              &port_num, NULL)) {
+    if (!*host || !parse_count(NULL, port, 0, 65535, &port_num,
+                                 NULL)) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'tcp:%s': expected tcp:HOST:PORT with PORT 0..65535",
                     spec);

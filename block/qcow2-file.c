@@ -46,9 +46,9 @@ static void qcow2_debug_report(void)
 
 static int64_t qcow2_debug_number(const char *key, const char *v)
 {
-    gint64 n;
+    int64_t n;
 
-    if (!v || !g_ascii_string_to_signed(v, 10, 1, G_MAXINT32, &n, NULL)) {
+    if (!v || !parse_count(NULL, v, 1, G_MAXINT32, &n, NULL)) {
         g_error("%s: '%s=%s': expected a positive number",
                 QCOW2_DEBUG_ENV, key, v ? v : "");
     }

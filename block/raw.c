@@ -125,7 +125,7 @@ static bool raw_parse_options(GHashTable *options, const char *spec,
                               bool *nocache, uint32_t *align, GError **errp)
 {
     const char *v = g_hash_table_lookup(options, "cache");
-    guint64 n;
+    int64_t n;
 
     if (v) {
         if (!strcmp(v, "none") || !strcmp(v, "writeback")) {
@@ -140,7 +140,7 @@ static bool raw_parse_options(GHashTable *options, const char *spec,
     }
     v = g_hash_table_lookup(options, "align");
     if (v) {
-        if (!g_ascii_string_to_unsigned(v, 10, 1, RAW_MAX_ALIGN, &n, NULL) ||
+        if (!parse_count(NULL, v, 1, RAW_MAX_ALIGN, &n, NULL) ||
             !is_power_of_2(n)) {
             g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                         "'%s': invalid align '%s' (expected a power of 2 "

@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/thread-pool.h"
+#include "util/cutils.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -114,9 +115,9 @@ static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
 static int thread_pool_threads_from_env(void)
 {
     const char *s = g_getenv("QEMU_MIRROR_POOL_THREADS");
-    gint64 n;
+    int64_t n;
 
-    if (s && g_ascii_string_to_signed(s, 10, 1, 256, &n, NULL)) {
+    if (s && parse_count(NULL, s, 1, 256, &n, NULL)) {
         return n;
     }
     return THREAD_POOL_DEFAULT_THREADS;

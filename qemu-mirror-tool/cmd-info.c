@@ -60,7 +60,7 @@ static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
         const char *sep = strstr(line, ": ");
         g_autofree char *key = NULL;
         const char *v;
-        gint64 n;
+        int64_t n;
 
         if (!sep) {
             continue;
@@ -70,8 +70,8 @@ static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
         json_builder_set_member_name(b, key);
         if (!strcmp(v, "true") || !strcmp(v, "false")) {
             json_builder_add_boolean_value(b, !strcmp(v, "true"));
-        } else if (g_ascii_string_to_signed(v, 10, G_MININT64, G_MAXINT64,
-                                            &n, NULL)) {
+        } else if (parse_count(NULL, v, G_MININT64, G_MAXINT64, &n,
+                               NULL)) {
             json_builder_add_int_value(b, n);
         } else {
             json_builder_add_string_value(b, v);
