@@ -65,7 +65,11 @@ bool parse_size_range(const char *what, const char *str, int64_t min,
  * Errors: "-m 'x': invalid number (use a decimal integer)"
  * (CUTILS_ERROR_INVALID); "-m '0': must be between 1 and 64"
  * (CUTILS_ERROR_RANGE, also for values beyond int64_t).  *@value is
- * untouched on failure.
+ * untouched on failure.  Safe on any thread: it never looks at errno.
+ * Use it (or parse_size()) rather than g_ascii_string_to_signed() and
+ * friends, which fail spuriously ("'105' is not a signed number") when
+ * two threads use them for the first time at once: GLib makes its C
+ * locale under a g_once, whose futex wait can leave errno set.
  */
 bool parse_count(const char *what, const char *str, int64_t min, int64_t max,
                  int64_t *value, GError **errp);
