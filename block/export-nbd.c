@@ -221,8 +221,7 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
         memmove(host, host + 1, hl - 2);    /* [::1] -> ::1 */
         host[hl - 2] = '\0';
     }
-    if (!*host || !parse_count(NULL, port, 0, 65535, &port_num,
-                                 NULL)) {
+    if (!*host || !parse_count(NULL, port, 0, 65535, &port_num, NULL)) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'tcp:%s': expected tcp:HOST:PORT with PORT 0..65535",
                     spec);

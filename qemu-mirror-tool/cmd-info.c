@@ -70,8 +70,7 @@ static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
         json_builder_set_member_name(b, key);
         if (!strcmp(v, "true") || !strcmp(v, "false")) {
             json_builder_add_boolean_value(b, !strcmp(v, "true"));
-        } else if (parse_count(NULL, v, G_MININT64, G_MAXINT64, &n,
-                               NULL)) {
+        } else if (parse_count(NULL, v, G_MININT64, G_MAXINT64, &n, NULL)) {
             json_builder_add_int_value(b, n);
         } else {
             json_builder_add_string_value(b, v);
