@@ -23,6 +23,7 @@
 #include "block/block-int.h"
 #include "block/export-nbd.h"
 #include "util/cutils.h"
+#include "util/sockets.h"
 
 #include <glib-unix.h>
 #include <sys/types.h>
@@ -249,9 +250,7 @@ struct NbdServer {
     GSource *accept_retry_src;  /* accept paused after EMFILE */
     GSource *tick_src;
     GSource *final_src;
-    char *unix_path;        /* socket file we created, or NULL */
-    dev_t unix_dev;
-    ino_t unix_ino;
+    SocketUnixListener unix_listener;   /* unix:PATH; fd -1 for TCP */
     int port;               /* TCP port, or -1 */
 
     GQueue clients;         /* every NbdClient still allocated */

@@ -115,64 +115,20 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
     return G_SOURCE_CONTINUE;
 }
 
-/* Is there a live server behind the UNIX socket @addr? */
-static bool nbdsrv_unix_in_use(const struct sockaddr_un *addr)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bool in_use;
-
-    if (fd < 0) {
-        return false;
-    }
-    in_use = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0
-             || errno == EAGAIN || errno == EINPROGRESS;
-    close(fd);
-    return in_use;
-}
-
 static bool nbdsrv_listen_unix(NbdServer *srv, const char *path,
                                GError **errp)
 {
-    struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    struct stat st;
-    int fd;
+    g_autoptr(GError) err = NULL;
 
-    if (!*path || strlen(path) >= sizeof(addr.sun_path)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "'unix:%s': socket path %s", path,
-                    *path ? "too long" : "missing");
+    if (!socket_unix_listen(&srv->unix_listener, NULL, path, SOMAXCONN,
+                            &err)) {
+        g_set_error(errp, BLOCK_ERROR,
+                    err->code == CUTILS_ERROR_INVALID ? BLOCK_ERROR_INVALID
+                                                      : BLOCK_ERROR_IO,
+                    "%s", err->message);
         return false;
     }
-    strcpy(addr.sun_path, path);
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "'%s' exists and is not a socket", path);
-            return false;
-        }
-        if (nbdsrv_unix_in_use(&addr)) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "'%s': a server is already listening there", path);
-            return false;
-        }
-        unlink(path);   /* left behind by a dead server */
-    }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-        listen(fd, SOMAXCONN) < 0 || lstat(path, &st) < 0) {
-        int err = errno;
-
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO, "'%s': %s", path,
-                    g_strerror(err));
-        if (fd >= 0) {
-            close(fd);
-        }
-        return false;
-    }
-    srv->listen_fd = fd;
-    srv->unix_path = g_strdup(path);
-    srv->unix_dev = st.st_dev;
-    srv->unix_ino = st.st_ino;
+    srv->listen_fd = srv->unix_listener.fd;
     return true;
 }
 
@@ -267,20 +223,15 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
 
 static void nbdsrv_stop_listening(NbdServer *srv)
 {
-    struct stat st;
-
     nbdsrv_source_clear(&srv->listen_src);
     nbdsrv_source_clear(&srv->accept_retry_src);
-    if (srv->listen_fd >= 0) {
+    if (srv->unix_listener.path) {
+        /* Remove the socket file only if it is still ours. */
+        socket_unix_listener_close(&srv->unix_listener);
+    } else if (srv->listen_fd >= 0) {
         close(srv->listen_fd);
-        srv->listen_fd = -1;
     }
-    /* Remove the socket file only if it is still ours. */
-    if (srv->unix_path && lstat(srv->unix_path, &st) == 0 &&
-        st.st_dev == srv->unix_dev && st.st_ino == srv->unix_ino) {
-        unlink(srv->unix_path);
-    }
-    g_clear_pointer(&srv->unix_path, g_free);
+    srv->listen_fd = -1;
 }
 
 /* ---- timeouts ---- */
@@ -370,6 +321,7 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
         return NULL;
     }
     srv->listen_fd = -1;
+    srv->unix_listener.fd = -1;
     srv->port = -1;
     srv->ctx = g_main_context_ref_thread_default();
     if (g_str_has_prefix(addr, "unix:")) {

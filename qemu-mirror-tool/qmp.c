@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/qmp.h"
+#include "util/sockets.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,8 +38,7 @@ typedef struct QmpClient {
 } QmpClient;
 
 struct QmpServer {
-    char *path;
-    int fd;
+    SocketUnixListener listener;
     guint watch;
     GHashTable *commands;       /* name -> QmpCommand */
     GList *clients;             /* QmpClient */
@@ -320,7 +320,8 @@ static gboolean qmp_server_accept(gint fd, GIOCondition cond,
 {
     QmpServer *srv = opaque;
     QmpClient *c;
-    int cfd = accept4(srv->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int cfd = accept4(srv->listener.fd, NULL, NULL,
+                      SOCK_NONBLOCK | SOCK_CLOEXEC);
 
     if (cfd < 0) {
         return G_SOURCE_CONTINUE;
@@ -341,36 +342,18 @@ static gboolean qmp_server_accept(gint fd, GIOCondition cond,
 
 QmpServer *qmp_server_new(const char *path, GError **errp)
 {
-    struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    QmpServer *srv;
-    int fd;
+    g_autoptr(GError) err = NULL;
+    QmpServer *srv = g_new0(QmpServer, 1);
 
-    if (strlen(path) >= sizeof(addr.sun_path)) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "--qmp '%s': socket path too long", path);
+    if (!socket_unix_listen(&srv->listener, "--qmp", path, 16, &err)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "%s", err->message);
+        g_free(srv);
         return NULL;
     }
-    strcpy(addr.sun_path, path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "socket: %s",
-                    g_strerror(errno));
-        return NULL;
-    }
-    unlink(path);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-        listen(fd, 16) < 0) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "--qmp '%s': %s", path, g_strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    srv = g_new0(QmpServer, 1);
-    srv->path = g_strdup(path);
-    srv->fd = fd;
     srv->commands = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                           g_free);
-    srv->watch = g_unix_fd_add(fd, G_IO_IN, qmp_server_accept, srv);
+    srv->watch = g_unix_fd_add(srv->listener.fd, G_IO_IN, qmp_server_accept,
+                               srv);
     return srv;
 }
 
@@ -383,10 +366,8 @@ void qmp_server_free(QmpServer *srv)
         qmp_client_free(srv->clients->data);
     }
     g_source_remove(srv->watch);
-    close(srv->fd);
-    unlink(srv->path);
+    socket_unix_listener_close(&srv->listener);
     g_hash_table_unref(srv->commands);
-    g_free(srv->path);
     g_free(srv);
 }
 

@@ -36,6 +36,7 @@ GQuark cutils_error_quark(void);
 typedef enum {
     CUTILS_ERROR_INVALID = 1,   /* malformed: not a size or number at all */
     CUTILS_ERROR_RANGE,         /* well-formed, but too large or out of range */
+    CUTILS_ERROR_IO,            /* a system call failed (util/sockets.c) */
 } CutilsError;
 
 /*
