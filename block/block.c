@@ -6,12 +6,15 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/block-int.h"
+#include "block/qcow2.h"
 #include "util/cutils.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 G_DEFINE_QUARK(mirror-block-error-quark, block_error)
@@ -183,6 +186,14 @@ BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
                         drv->format_name, format);
             return NULL;
         }
+        /* A driver that only opens its own specs (null:, nbd://) would
+         * ignore a file name and serve something else in its place. */
+        if (!drv && named->recognize_spec && !named->probe) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "Format '%s' opens its own specs, no files: '%s' "
+                        "is a file name", format, spec);
+            return NULL;
+        }
         drv = named;
     } else if (!drv) {
         if (flags & BDRV_O_NO_PROBE) {
@@ -303,11 +314,132 @@ void bdrv_unref(BlockDriverState *bs)
     g_free(bs);
 }
 
+/*
+ * Is the existing @filename the backing file named in @opts, or a file of
+ * that backing file's chain?  Creating it would destroy what the new
+ * image reads.  The backing file is opened read-only to look; one that
+ * cannot be opened is left for create() to report.
+ */
+static bool bdrv_create_check_backing(const char *filename, GHashTable *opts,
+                                      GError **errp)
+{
+    const char *name = g_hash_table_lookup(opts, "backing_file");
+    const char *fmt = g_hash_table_lookup(opts, "backing_fmt");
+    g_autofree char *dir = g_path_get_dirname(filename);
+    g_autofree char *path = NULL;
+    g_autofree char *member = NULL;
+    BlockDriverState *backing;
+    int depth;
+    bool found;
+
+    if (!name || !*name || (fmt && !bdrv_find_driver(fmt))) {
+        return true;
+    }
+    path = g_path_is_absolute(name) ? g_strdup(name)
+                                    : g_build_filename(dir, name, NULL);
+    backing = bdrv_open(path, fmt, 0, NULL, NULL);
+    if (!backing) {
+        return true;
+    }
+    found = bdrv_chain_contains(backing, filename, &depth, &member);
+    bdrv_unref(backing);
+    if (!found) {
+        return true;
+    }
+    if (depth == 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "backing file '%s' is the image '%s' itself", name,
+                    filename);
+    } else {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "backing file '%s' reads the image '%s' (as '%s', "
+                    "depth %d of its backing chain)", name, filename,
+                    member, depth);
+    }
+    return false;
+}
+
+/*
+ * Will a file of @size bytes fit where @filename (a regular file, stat
+ * @st, or none yet: @st zeroed) lives?
+ * Tried with ftruncate() on an unnamed temporary file in the same
+ * directory (sparse: nothing is allocated), so that a size the file
+ * system cannot hold (EFBIG) is found before @filename is truncated.
+ * With @allocate, the free space (plus what @filename holds now, which
+ * truncating frees) must cover @size.  A directory that takes no
+ * temporary file skips the trial.
+ */
+static bool bdrv_create_check_room(const char *filename,
+                                   const struct stat *st, int64_t size,
+                                   bool allocate, GError **errp)
+{
+    g_autofree char *real = realpath(filename, NULL);
+    g_autofree char *dir = g_path_get_dirname(real ? real : filename);
+    struct statvfs vfs;
+    int fd, err = 0;
+
+    fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        if (ftruncate(fd, size) < 0) {
+            err = errno;
+        }
+        close(fd);
+    }
+    if (err == EFBIG || err == EINVAL) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Could not create '%s': %s (the file system holds no "
+                    "file of %" PRId64 " bytes)", filename, g_strerror(err),
+                    size);
+        return false;
+    }
+    if (allocate && statvfs(dir, &vfs) == 0) {
+        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize +
+                         (uint64_t)st->st_blocks * 512;
+
+        if ((uint64_t)size > avail) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                        "Could not create '%s': %s (%" PRId64 " bytes to "
+                        "allocate, %" PRIu64 " available)", filename,
+                        g_strerror(ENOSPC), size, avail);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Before create() makes or overwrites @filename: what can fail without
+ * touching it (see bdrv_create()). */
+static bool bdrv_create_check(const BlockDriver *drv, const char *filename,
+                              int64_t size, GHashTable *opts, GError **errp)
+{
+    const char *prealloc = g_hash_table_lookup(opts, "preallocation");
+    bool full_size = drv == &bdrv_raw ||
+                     (prealloc && strcmp(prealloc, "off"));
+    bool allocate = drv == &bdrv_raw && prealloc &&
+                    (!strcmp(prealloc, "falloc") || !strcmp(prealloc, "full"));
+    struct stat st = { 0 };
+
+    if (stat(filename, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            return true;    /* a block device is not truncated */
+        }
+        if (!bdrv_create_check_backing(filename, opts, errp)) {
+            return false;
+        }
+    } else if (errno != ENOENT) {
+        return true;        /* create() says why it cannot */
+    }
+    return !full_size ||
+           bdrv_create_check_room(filename, &st, size, allocate, errp);
+}
+
 bool bdrv_create(const char *format, const char *filename, int64_t size,
                  GHashTable *options, GError **errp)
 {
     g_autoptr(GHashTable) opts = bdrv_copy_options(options);
     const BlockDriver *drv = bdrv_find_driver(format);
+    struct stat st;
+    bool existed;
 
     if (!drv) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
@@ -346,7 +478,19 @@ bool bdrv_create(const char *format, const char *filename, int64_t size,
             }
         }
     }
-    return drv->create(filename, size, opts, errp);
+    existed = lstat(filename, &st) == 0;
+    if (!bdrv_create_check(drv, filename, size, opts, errp)) {
+        return false;
+    }
+    if (drv->create(filename, size, opts, errp)) {
+        return true;
+    }
+    /* What this failed create made, it removes (never a symlink's
+     * target: that name existed before). */
+    if (!existed && lstat(filename, &st) == 0 && S_ISREG(st.st_mode)) {
+        unlink(filename);
+    }
+    return false;
 }
 
 const char *bdrv_spec_driver(const char *spec)
@@ -466,6 +610,47 @@ void bdrv_image_info_clear(BlockImageInfo *info)
     memset(info, 0, sizeof(*info));
 }
 
+/* Do @a and @b describe the same storage?  Block devices by device
+ * number (two nodes may name one disk), everything else by inode. */
+static bool bdrv_stat_same(const struct stat *a, const struct stat *b)
+{
+    if (S_ISBLK(a->st_mode) && S_ISBLK(b->st_mode)) {
+        return a->st_rdev == b->st_rdev;
+    }
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+bool bdrv_chain_contains(BlockDriverState *bs, const char *spec, int *depth,
+                         char **member)
+{
+    struct stat target, st;
+
+    if (bdrv_driver_for_spec(spec) || stat(spec, &target) < 0) {
+        return false;
+    }
+    for (int d = 0;; d++) {
+        g_autofree char *name = NULL;
+
+        if (qcow2_is_node(bs)) {
+            name = qcow2_layer_filename(bs, d);
+        } else if (d == 0 && !bdrv_driver_for_spec(bs->filename)) {
+            name = g_strdup(bs->filename);
+        }
+        if (!name) {
+            return false;
+        }
+        if (stat(name, &st) == 0 && bdrv_stat_same(&st, &target)) {
+            if (depth) {
+                *depth = d;
+            }
+            if (member) {
+                *member = g_steal_pointer(&name);
+            }
+            return true;
+        }
+    }
+}
+
 bool bdrv_same_storage(const char *spec_a, const char *spec_b)
 {
     struct stat a, b;
@@ -484,10 +669,7 @@ bool bdrv_same_storage(const char *spec_a, const char *spec_b)
     if (stat(spec_a, &a) < 0 || stat(spec_b, &b) < 0) {
         return false;
     }
-    if (S_ISBLK(a.st_mode) && S_ISBLK(b.st_mode)) {
-        return a.st_rdev == b.st_rdev;
-    }
-    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return bdrv_stat_same(&a, &b);
 }
 
 void *qemu_memalign(size_t alignment, size_t size)

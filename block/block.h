@@ -126,8 +126,15 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(BlockDriverState, bdrv_unref)
 /*
  * Create a new image of @size bytes at @filename with the driver @format.
  * @options (may be NULL) holds creation options such as "preallocation";
- * unknown ones are an error.  An existing file is truncated, as qemu-img
- * create does.
+ * unknown ones are an error.  An existing file is overwritten, as qemu-img
+ * create does, but only after what can be checked without touching it
+ * passed: the options, a backing file that is (or reads) @filename
+ * itself, and, where the image file will be about @size bytes long (raw,
+ * or any preallocation), that the file system takes a file that long
+ * (tried on an unnamed temporary file beside it) and, for allocating
+ * preallocation, has the room.  A file that did not exist before and that
+ * a failed create left behind is removed.  Errors: BLOCK_ERROR_INVALID
+ * for bad input (nothing was touched), others for failures.
  */
 bool bdrv_create(const char *format, const char *filename, int64_t size,
                  GHashTable *options, GError **errp);
@@ -196,6 +203,19 @@ bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
  * URIs, null:) are never "the same": a server may serve both ends.
  */
 bool bdrv_same_storage(const char *spec_a, const char *spec_b);
+
+/*
+ * Is the file @spec one of the images @bs reads: @bs itself (depth 0) or
+ * a file of its backing chain (depth n)?  Compared by device and inode
+ * after resolving symlinks (block devices by device number), so another
+ * name or a hard link of a chain file is found.  Used to refuse a target
+ * that would overwrite what the source reads.  False when @spec does not
+ * exist, is a driver spec (NBD URI, null:), or @bs has no files (NBD,
+ * null).  On true, *@depth (if not NULL) gets the depth and *@member (if
+ * not NULL) the chain file's name as @bs opened it (free with g_free()).
+ */
+bool bdrv_chain_contains(BlockDriverState *bs, const char *spec, int *depth,
+                         char **member);
 
 /* Buffer helpers: aligned to the node's memory alignment, freed by
  * qemu_vfree(). */
