@@ -16,6 +16,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Defaults chosen by measurement: see docs/mirror-tool.md and bench/.
  * -m and --buf-size default to the mirror job's (scaled by NBD
@@ -146,27 +148,99 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
             return false;
         }
     }
-    return convert_cache_flags("-T", o->src_cache, src_flags) &&
-           convert_cache_flags("-t", o->dst_cache, dst_flags);
+    if (!convert_cache_flags("-T", o->src_cache, src_flags) ||
+        !convert_cache_flags("-t", o->dst_cache, dst_flags)) {
+        return false;
+    }
+    /* The qcow2 driver refuses cache=none when it opens the target: say
+     * so before the target is created. */
+    if ((*dst_flags & BDRV_O_NOCACHE) && o->dst_format &&
+        !strcmp(o->dst_format, "qcow2")) {
+        tool_error("-t '%s': cache=none is not supported for qcow2 "
+                   "targets", o->dst_cache);
+        return false;
+    }
+    return true;
 
 out_err:
     tool_error("%s", err->message);
     return false;
 }
 
-/* Open the target: existing (-n) or newly created; false = bad input or
- * a failure, with *exit_code set. */
+/*
+ * Check the job parameters before the target exists.  The mirror job
+ * checks them when it is created, against the target; ask it now against
+ * a stand-in of the source's size (a null node, which stores nothing), so
+ * that a value it refuses never leaves a created or truncated target
+ * behind.  False with the message printed.
+ */
+static bool convert_check_job(BlockDriverState *src, const MirrorParams *p)
+{
+    g_autofree char *spec = g_strdup_printf("null:size=%" G_GINT64_FORMAT,
+                                            bdrv_getlength(src));
+    g_autoptr(BlockDriverState) stand_in = NULL;
+    g_autoptr(GError) err = NULL;
+    Job *job;
+
+    stand_in = bdrv_open(spec, NULL, BDRV_O_RDWR, NULL, &err);
+    if (stand_in) {
+        job = mirror_job_new("convert", src, stand_in, p, &err);
+        if (job) {
+            job_unref(job);
+            return true;
+        }
+    }
+    tool_error("%s", err->message);
+    return false;
+}
+
+/* A target this run created: removed again if it is not filled. */
+typedef struct ConvertCreated {
+    bool created;
+    dev_t dev;
+    ino_t ino;
+} ConvertCreated;
+
+/*
+ * Remove the target @dst that this run created and failed to fill, if
+ * the name still leads to the file we made (same device and inode).
+ */
+static void convert_remove_created(const char *dst, ConvertCreated *c)
+{
+    struct stat st;
+
+    if (!c->created) {
+        return;
+    }
+    if (lstat(dst, &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_dev == c->dev && st.st_ino == c->ino) {
+        if (unlink(dst) == 0) {
+            tool_error("removed the target '%s', which this command created",
+                       dst);
+        } else {
+            tool_error("cannot remove the incomplete target '%s': %s", dst,
+                       g_strerror(errno));
+        }
+    }
+    c->created = false;
+}
+
+/* Open the target: existing (-n) or newly created (*@c says whether by
+ * us); NULL on bad input or a failure, with *exit_code set. */
 static BlockDriverState *convert_open_target(ConvertOptions *o,
                                              const char *dst,
                                              BlockDriverState *src,
                                              int dst_flags,
                                              GHashTable *create_opts,
                                              GHashTable *open_opts,
+                                             ConvertCreated *c,
                                              int *exit_code)
 {
     const char *fmt = o->dst_format ? o->dst_format : "raw";
     g_autoptr(GError) err = NULL;
     BlockDriverState *bs;
+    struct stat st;
+    bool existed;
 
     *exit_code = TOOL_EXIT_USAGE;
     if (o->no_create) {
@@ -186,6 +260,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
         }
         return bs;
     }
+    existed = lstat(dst, &st) == 0;
     if (!bdrv_create(fmt, dst, bdrv_getlength(src), create_opts, &err)) {
         tool_error("cannot create '%s': %s", dst, err->message);
         /* A bad -o option or a directory is bad input: nothing written. */
@@ -193,9 +268,16 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
                      ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
     }
-    bs = tool_open_image("target", dst, fmt, dst_flags | BDRV_O_RDWR, NULL);
+    if (!existed && lstat(dst, &st) == 0 && S_ISREG(st.st_mode)) {
+        *c = (ConvertCreated) {
+            .created = true, .dev = st.st_dev, .ino = st.st_ino,
+        };
+    }
+    bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, NULL, &err);
     if (!bs) {
-        *exit_code = TOOL_EXIT_FAILURE;
+        tool_error("target: %s", err->message);
+        *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
+                     ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
     }
     /* A new image reads as zeroes, unless it has a backing file. */
@@ -216,6 +298,7 @@ int cmd_convert(int argc, char **argv)
                                                            g_str_equal,
                                                            g_free, g_free);
     g_autoptr(GError) err = NULL;
+    ConvertCreated created = { 0 };
     MirrorParams p;
     JobRunner runner;
     Job *job;
@@ -287,11 +370,19 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
+    /* The whole source chain is open: the target may be none of its
+     * files, and every parameter passes before the target is touched. */
+    if (!tool_check_target_chain(src, argv[2]) ||
+        !convert_check_job(src, &p)) {
+        ret = TOOL_EXIT_USAGE;
+        goto out;
+    }
 
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              tool_nbd_options(argv[2], nbd_opts), &ret);
+                              tool_nbd_options(argv[2], nbd_opts), &created,
+                              &ret);
     if (!dst) {
         goto out_runner;
     }
@@ -307,6 +398,12 @@ int cmd_convert(int argc, char **argv)
     }
 out_runner:
     job_runner_destroy(&runner);
+    g_clear_pointer(&dst, bdrv_unref);
+    if (ret != TOOL_EXIT_OK) {
+        /* Failed, cancelled or interrupted: a target we created and did
+         * not fill goes (one we did not create was named incomplete). */
+        convert_remove_created(argv[2], &created);
+    }
 out:
     convert_options_clear(&o);
     return ret;

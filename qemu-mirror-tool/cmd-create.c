@@ -121,5 +121,5 @@ int cmd_create(int argc, char **argv)
         printf("Formatting '%s', fmt=%s size=%" G_GINT64_FORMAT "%s\n",
                argv[1], fmt, size, desc);
     }
-    return TOOL_EXIT_OK;
+    return tool_finish_stdout(TOOL_EXIT_OK);
 }

@@ -148,5 +148,5 @@ int cmd_info(int argc, char **argv)
         info_print_human(bdrv_get_filename(bs), &info);
     }
     bdrv_image_info_clear(&info);
-    return TOOL_EXIT_OK;
+    return tool_finish_stdout(TOOL_EXIT_OK);
 }

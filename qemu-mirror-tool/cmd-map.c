@@ -149,10 +149,10 @@ int cmd_map(int argc, char **argv)
     tool_run_until(&m.done);
     g_array_unref(m.extents);
     if (m.ret < 0) {
-        fflush(stdout);
+        ret = tool_finish_stdout(TOOL_EXIT_FAILURE);
         tool_error("block status of '%s' failed at offset %" G_GINT64_FORMAT
                    ": %s", m.filename, m.pos, g_strerror(-m.ret));
-        return TOOL_EXIT_FAILURE;
+        return ret;
     }
     if (json) {
         printf(m.first_json ? "[]\n" : "]\n");
@@ -160,5 +160,5 @@ int cmd_map(int argc, char **argv)
         printf("%-16s%-16s%-16s%s\n", "Offset", "Length", "Mapped to",
                "File");
     }
-    return TOOL_EXIT_OK;
+    return tool_finish_stdout(TOOL_EXIT_OK);
 }

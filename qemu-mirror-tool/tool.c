@@ -8,6 +8,7 @@
 #include "block/mirror.h"
 #include "util/cutils.h"
 
+#include <errno.h>
 #include <json-glib/json-glib.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -206,4 +207,39 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
     }
     return true;
+}
+
+bool tool_check_target_chain(BlockDriverState *src, const char *target)
+{
+    g_autofree char *member = NULL;
+    int depth;
+
+    if (!bdrv_chain_contains(src, target, &depth, &member)) {
+        return true;
+    }
+    if (depth == 0) {
+        tool_error("target '%s' is the source image '%s'", target,
+                   bdrv_get_filename(src));
+    } else {
+        tool_error("target '%s' is in the backing chain of the source "
+                   "'%s' (backing file '%s', depth %d)", target,
+                   bdrv_get_filename(src), member, depth);
+    }
+    return false;
+}
+
+int tool_finish_stdout(int ret)
+{
+    int err = 0;
+
+    if (fflush(stdout) == EOF) {
+        err = errno;
+    } else if (ferror(stdout)) {
+        err = EIO;      /* an earlier write failed; its errno is gone */
+    }
+    if (!err) {
+        return ret;
+    }
+    tool_error("stdout: %s", g_strerror(err));
+    return ret == TOOL_EXIT_OK ? TOOL_EXIT_FAILURE : ret;
 }

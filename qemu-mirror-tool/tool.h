@@ -100,6 +100,24 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
 /* Open options for @spec: @nbd_opts for NBD URIs, else NULL. */
 GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts);
 
+/*
+ * Refuse a @target that is one of the files the opened @src reads: the
+ * source image itself or a file of its backing chain (same device and
+ * inode, bdrv_chain_contains()).  Writing it would destroy what the copy
+ * reads.  Prints "target 'T' is in the backing chain of the source ..." and
+ * returns false (the caller exits with TOOL_EXIT_USAGE before creating,
+ * truncating or opening the target); true when @target is none of them.
+ */
+bool tool_check_target_chain(BlockDriverState *src, const char *target);
+
+/*
+ * The end of a command that printed its results on stdout: flush stdout.
+ * If that or an earlier write failed (a full disk, a closed pipe), print
+ * "mirror-tool: stdout: REASON" and return TOOL_EXIT_FAILURE; otherwise
+ * return @ret.  Call it on every path that printed something.
+ */
+int tool_finish_stdout(int ret);
+
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;
 void tool_print_json(JsonNode *node, bool pretty);

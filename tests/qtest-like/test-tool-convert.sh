@@ -237,15 +237,26 @@ stderr_empty
 ok "convert -p -q prints nothing"
 
 # --- I/O errors mid-copy --------------------------------------------------
-# The null driver fails requests that touch error-offset.
+# The null driver fails requests that touch error-offset.  A target this
+# run created goes again; one that was there is named as incomplete.
 for w in "" -W; do
     rm -f e.img
+    expect_exit 1 "$T" convert $w \
+        "null:size=8M,error-op=read,error-offset=5M" e.img
+    [ "$(wc -l <"$last_err")" = 2 ] || fail "expected two lines on stderr"
+    stderr_has "read error" "offset 5242880" \
+        "the target 'e.img' is incomplete" \
+        "removed the target 'e.img', which this command created"
+    assert_absent e.img "a failed convert into a new target"
+    ok "convert ${w:+$w }source read error at 5M: exit 1, offset, removed"
+    make_random_image e.img 1M
     expect_exit 1 "$T" convert $w \
         "null:size=8M,error-op=read,error-offset=5M" e.img
     stderr_one_line
     stderr_has "read error" "offset 5242880" \
         "the target 'e.img' is incomplete"
-    ok "convert ${w:+$w }source read error at 5M: exit 1, offset, incomplete"
+    [ -e e.img ] || fail "an existing target was removed"
+    ok "convert ${w:+$w }read error into an existing target: incomplete"
 done
 make_random_image d8.img 8M
 for w in "" -W; do
@@ -263,8 +274,8 @@ done
 # A non-interactive bash starts background jobs with SIGINT ignored.
 # `set -m` (job control) around the `&` gives the job default signal
 # dispositions and its own process group, as a foreground job sees Ctrl-C.
-# mirror-tool installs its handlers after creating the target, right before
-# the job starts, so we wait for the target file and then for the first
+# mirror-tool installs its handlers before creating the target, and the job
+# starts after, so we wait for the target file and then for the first
 # progress line (-p draws it from the main loop), when the handler is in
 # place.  The source takes 50 ms per request, about 20 s for 1G: the signal
 # always arrives mid-copy.  A watchdog kills the tool after 60 s.  wait
@@ -297,8 +308,10 @@ interrupt_check()
     cp sig.err "$last_err"
     [ "$rc" = "$code" ] || fail "SIG$sig: expected exit code $code"
     msg="mirror-tool: interrupted by SIG$sig;"
-    stderr_has "$msg the target 'slow.img' is incomplete"
-    ok "convert stopped by SIG$sig: exit $code, says the target is incomplete"
+    stderr_has "$msg the target 'slow.img' is incomplete" \
+        "removed the target 'slow.img', which this command created"
+    assert_absent slow.img "SIG$sig during a convert into a new target"
+    ok "convert stopped by SIG$sig: exit $code, the new target removed"
 }
 interrupt_check INT 130
 interrupt_check TERM 143
