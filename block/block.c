@@ -397,7 +397,7 @@ static bool bdrv_create_check_room(const char *filename,
                          (uint64_t)st->st_blocks * 512;
 
         if ((uint64_t)size > avail) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                         "Could not create '%s': %s (%" PRId64 " bytes to "
                         "allocate, %" PRIu64 " available)", filename,
                         g_strerror(ENOSPC), size, avail);

@@ -262,8 +262,12 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
     }
     existed = lstat(dst, &st) == 0;
     if (!bdrv_create(fmt, dst, bdrv_getlength(src), create_opts, &err)) {
-        tool_error("cannot create '%s': %s", dst, err->message);
-        /* A bad -o option or a directory is bad input: nothing written. */
+        /* A bad -o option or a directory is bad input: nothing written.
+         * An I/O error may have truncated an existing target. */
+        bool io = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_IO);
+
+        tool_error("cannot create '%s': %s%s", dst, err->message,
+                   existed && io ? "; the target is incomplete" : "");
         *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
                      ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;

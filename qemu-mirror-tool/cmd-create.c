@@ -5,7 +5,10 @@
  *
  * SIZE may be left out for a qcow2 image with a backing file: the image
  * then has the backing file's size.  Options are checked before anything
- * is written (a bad one exits 2 with nothing created).
+ * is written (a bad one exits 2 with nothing created), and so is
+ * whatever can fail without touching an existing IMG (bdrv_create()):
+ * a size its file system cannot hold, a backing file that is IMG or
+ * reads it.  A new IMG that could not be made is removed.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -14,6 +17,7 @@
 #include "util/cutils.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* The size of the backing file named in @opts, resolved against @img. */
 static bool create_backing_size(const char *img, GHashTable *opts,
@@ -65,6 +69,8 @@ int cmd_create(int argc, char **argv)
     g_autoptr(GError) err = NULL;
     gboolean quiet = FALSE;
     const char *fmt;
+    struct stat st;
+    bool existed;
     int64_t size;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
@@ -112,8 +118,14 @@ int cmd_create(int argc, char **argv)
         return TOOL_EXIT_USAGE;
     }
     desc = create_describe(opts);
+    existed = lstat(argv[1], &st) == 0;
     if (!bdrv_create(fmt, argv[1], size, opts, &err)) {
-        tool_error("cannot create '%s': %s", argv[1], err->message);
+        /* Bad input touched nothing; a new file is removed again; an I/O
+         * error may have truncated an existing one. */
+        bool io = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_IO);
+
+        tool_error("cannot create '%s': %s%s", argv[1], err->message,
+                   existed && io ? "; the image is incomplete" : "");
         return g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
                ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
     }
