@@ -279,7 +279,10 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
     }
     bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, NULL, &err);
     if (!bs) {
-        tool_error("target: %s", err->message);
+        /* A new file is removed by the caller; an existing one was
+         * overwritten already. */
+        tool_error("target: %s%s", err->message,
+                   c->created ? "" : "; the target is incomplete");
         *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
                      ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
