@@ -283,7 +283,8 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
          * overwritten already. */
         tool_error("target: %s%s", err->message,
                    c->created ? "" : "; the target is incomplete");
-        *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
+        *exit_code = c->created && g_error_matches(err, BLOCK_ERROR,
+                                                   BLOCK_ERROR_INVALID)
                      ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
     }
