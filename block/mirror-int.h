@@ -23,6 +23,9 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 #endif
 
+/* Largest sparse-size (qemu-img's -S): operations grow to it. */
+#define MIRROR_MAX_SPARSE_SIZE  (16 * MiB)
+
 /* Largest zero operation (no buffer behind it). */
 #define MIRROR_MAX_ZERO_BYTES   (1 * GiB)
 

@@ -76,10 +76,12 @@ bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
                     "Invalid parameter 'speed'");
         return false;
     }
-    /* As qemu-img's -S: any multiple of 512 (its sectors). */
-    if (p->sparse_size < 0 || p->sparse_size % 512) {
+    /* As qemu-img's -S: any multiple of 512 (its sectors) up to 16 MiB. */
+    if (p->sparse_size < 0 || p->sparse_size % 512 ||
+        p->sparse_size > MIRROR_MAX_SPARSE_SIZE) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Parameter 'sparse-size' expects a multiple of 512");
+                    "Parameter 'sparse-size' expects a multiple of 512 up "
+                    "to 16MB");
         return false;
     }
     return true;
