@@ -23,6 +23,9 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 #endif
 
+/* Largest sparse-size (qemu-img's -S): operations grow to it. */
+#define MIRROR_MAX_SPARSE_SIZE  (16 * MiB)
+
 /* Largest zero operation (no buffer behind it). */
 #define MIRROR_MAX_ZERO_BYTES   (1 * GiB)
 
@@ -73,7 +76,9 @@ struct MirrorJob {
     int64_t chunk_size;
     int64_t buf_size;           /* the most the window grows to */
     int max_in_flight;
-    int64_t sparse_size;
+    int64_t sparse_size;        /* convert -S: zero runs this long inside
+                                 * data become zero writes (0: off) */
+    int64_t sparse_align;       /* the pieces' alignment then (mirror-op.c) */
     bool compress;              /* compressed data writes */
     bool in_order;
     bool auto_complete;

@@ -146,33 +146,89 @@ static void mirror_write_cb(void *opaque, int ret)
 }
 
 /*
- * Sparse detection: the length of the run of @s->sparse_size blocks at
- * @pos (up to @end) that are all zero, or all not zero, in @op's buffer.
- * Partial blocks at the ends count as data, except at the image end.
+ * Sparse detection (convert -S), with qemu-img convert's rules
+ * (is_allocated_sectors_min()), an operation standing for one of its
+ * buffers.  The data is seen in 512-byte sectors (the image's last one may
+ * be shorter).  A run of alike sectors that reaches the end of what is
+ * left is taken whole.  Otherwise its end is aligned to sparse_align: a
+ * data run grows to the next boundary, a zero run shrinks to the last one,
+ * and a zero run that crosses no boundary is data.  So an operation all of
+ * zeroes is one zero piece whatever -S and the operation's size, zeroes at
+ * either end of an operation are zero pieces, and only zero runs between
+ * data need -S bytes.
+ */
+
+#define MIRROR_SECTOR   512
+
+/* Is the sector of @op's buffer at @pos (up to @end) all zero? */
+static bool mirror_sector_is_zero(MirrorOp *op, int64_t pos, int64_t end)
+{
+    return buffer_is_zero(op->buf + (pos - op->offset),
+                          MIN(pos + MIRROR_SECTOR, end) - pos);
+}
+
+/*
+ * The run of sectors at @pos (up to @end) that are all zero (*@zero) or
+ * all not, its end aligned as above; returns its length.
+ */
+static int64_t mirror_sparse_alike(MirrorOp *op, int64_t pos, int64_t end,
+                                   bool *zero)
+{
+    int64_t align = op->s->sparse_align;
+    bool z = mirror_sector_is_zero(op, pos, end);
+    int64_t p = MIN(pos + MIRROR_SECTOR, end);
+    int64_t tail;
+
+    /* One check for the common case: all zero to the end. */
+    if (z && buffer_is_zero(op->buf + (p - op->offset), end - p)) {
+        p = end;
+    }
+    while (p < end && mirror_sector_is_zero(op, p, end) == z) {
+        p += MIRROR_SECTOR;
+    }
+    *zero = z;
+    if (p >= end) {
+        return end - pos;
+    }
+    tail = p % align;
+    if (tail) {
+        if (z && p - pos <= tail) {
+            /* No boundary crossed: rewriting it as data costs nothing
+             * more than the write of the data that follows. */
+            *zero = z = false;
+        }
+        p = z ? p - tail : MIN(p - tail + align, end);
+    }
+    return p - pos;
+}
+
+/*
+ * The next piece of @op's write at @pos (up to @end): a zero run
+ * (*@zero), or data, including the zero runs between data shorter than
+ * sparse_size (or what is left).  Returns its length.
  */
 static int64_t mirror_sparse_run(MirrorOp *op, int64_t pos, int64_t end,
                                  bool *zero)
 {
-    MirrorJob *s = op->s;
-    int64_t bs = s->sparse_size;
-    int64_t p = pos;
-    bool first = true;
+    int64_t min = MIN(op->s->sparse_size, end - pos);
+    int64_t used = mirror_sparse_alike(op, pos, end, zero);
+    int64_t p = pos + used;
 
+    if (*zero) {
+        return used;
+    }
     while (p < end) {
-        int64_t bend = MIN(QEMU_ALIGN_DOWN(p, bs) + bs, end);
-        bool whole = bend - p == bs || bend == s->len;
-        bool z = whole && buffer_is_zero(op->buf + (p - op->offset),
-                                         bend - p);
+        bool z;
+        int64_t len = mirror_sparse_alike(op, p, end, &z);
 
-        if (first) {
-            *zero = z;
-            first = false;
-        } else if (z != *zero) {
+        p += len;
+        if (!z) {
+            used = p - pos;
+        } else if (len >= min) {
             break;
         }
-        p = bend;
     }
-    return p - pos;
+    return used;
 }
 
 /* The piece of @op's write in flight: [@pos, @pos + @len) as @method. */

@@ -76,14 +76,21 @@ bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
                     "Invalid parameter 'speed'");
         return false;
     }
-    if (p->sparse_size && (p->sparse_size < 512 ||
-                           !is_power_of_2(p->sparse_size))) {
+    /* As qemu-img's -S: any multiple of 512 (its sectors) up to 16 MiB. */
+    if (p->sparse_size < 0 || p->sparse_size % 512 ||
+        p->sparse_size > MIRROR_MAX_SPARSE_SIZE) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Parameter 'sparse-size' expects a power of 2 of at "
-                    "least 512");
+                    "Parameter 'sparse-size' expects a multiple of 512 up "
+                    "to 16MB");
         return false;
     }
     return true;
+}
+
+/* The largest power of 2 not above @n (n > 0). */
+static int64_t mirror_pow2_floor(int64_t n)
+{
+    return INT64_C(1) << (63 - __builtin_clzll((uint64_t)n));
 }
 
 static int64_t mirror_default_granularity(BlockDriverState *dst)
@@ -225,6 +232,25 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
         if (s->sparse_size) {
             s->sparse_size = QEMU_ALIGN_UP(s->sparse_size, cs);
         }
+    }
+    if (s->sparse_size) {
+        /*
+         * Pieces of data and zeroes end on multiples of the largest power
+         * of 2 in sparse-size, or of the target's request alignment when
+         * that is larger, so that no write needs a read-modify-write: as
+         * qemu-img convert (its s->alignment).
+         */
+        s->sparse_align = MAX(mirror_pow2_floor(s->sparse_size),
+                              (int64_t)bdrv_get_request_alignment(dst));
+        /*
+         * Each operation is scanned on its own, and one all of zeroes is
+         * a zero write: operations as long as sparse-size at least (as a
+         * buffer of qemu-img's, 2 MiB, covers its -S up to that), so that
+         * the runs left as data between them are the ones shorter than
+         * sparse-size, whatever the chunk-size.
+         */
+        s->chunk_size = chunk = MAX(chunk, QEMU_ALIGN_UP(s->sparse_size,
+                                                         granularity));
     }
     s->target_zero = p->target_is_zero || bdrv_has_zero_init(dst);
 

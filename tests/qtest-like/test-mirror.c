@@ -360,6 +360,19 @@ static void test_bad_params(void)
         g_assert_null(mirror_job_new("j", src, dst, &p, &err));
         g_assert_nonnull(strstr(err->message, cases[i].msg));
     }
+    {
+        /* sparse-size: a multiple of 512 up to 16 MiB, as qemu-img's -S. */
+        static const int64_t bad[] = { 1000, -512, 16 * MiB + 512 };
+
+        for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+            g_autoptr(GError) err = NULL;
+
+            mirror_params_init(&p);
+            p.sparse_size = bad[i];
+            g_assert_null(mirror_job_new("j", src, dst, &p, &err));
+            g_assert_nonnull(strstr(err->message, "'sparse-size'"));
+        }
+    }
     mirror_params_init(&p);
     {
         g_autoptr(GError) err = NULL;
