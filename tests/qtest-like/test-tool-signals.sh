@@ -122,7 +122,7 @@ ok "SIGHUP: an orderly cancel, the target called incomplete, exit 129"
 # for a minute.
 start_nbdkit stall --filter=log --filter=delay memory size=32M \
     logfile="$scratch/stall.log" wdelay=60
-bg_tool int start --stall-warning 0 src.raw "$uri"
+bg_tool int start src.raw "$uri"
 wait_for 30 "int: a write to reach the target" grep -q ' Write id=' stall.log
 kill -INT "$pid"
 wait_for 10 "int: the first SIGINT to say what it waits for" grep -q \
