@@ -185,7 +185,9 @@ static void job_runner_interrupt(JobRunner *r, int sig)
         _exit(job_runner_sigexit(sig));
     }
     if (r->job && job_is_completed(r->job) && r->done) {
-        /* The job is over: only the serving stops. */
+        /* The job is over: only the serving stops (drain, flush). */
+        tool_error("%s: stopping (interrupt again to stop at once)",
+                   job_runner_signame(sig));
         r->stop = true;
         return;
     }

@@ -237,9 +237,27 @@ guest_write ft.log
 kill -TERM "$pid"
 wait_exit "$pid" 30
 expect_rc ft 0
+err_has ft "SIGTERM: stopping (interrupt again to stop at once)"
 flush_after ft.log "$write_line" ||
     fail "ft: no flush of the target after the guest's write"
 ok "completion, guest write without flush, SIGTERM: the target is flushed"
+
+# The target stops answering (its nbdkit is stopped with SIGSTOP) after
+# completion and a guest write: the exit flush waits; the second SIGTERM
+# exits at once and says so.
+start_nbdkit fp memory size=32M
+start_live fp src.raw "$uri"
+ready_and_complete fp
+expect_ok $TMO nbdcopy guest.raw "$exp"
+kill -STOP "$(cat fp.pid)"
+kill -TERM "$pid"
+wait_for 10 "fp: SIGTERM to say it stops" grep -q 'SIGTERM: stopping' fp.err
+kill -TERM "$pid"
+wait_exit "$pid" 10
+expect_rc fp 143
+err_has fp "interrupted again by SIGTERM; exiting without the final flush"
+kill -CONT "$(cat fp.pid)"
+ok "the exit flush hangs: a second SIGTERM exits at once (143), said"
 
 # A cancel, then SIGINT: the export served the source (nbdkit's file
 # plugin over cn.raw), which is flushed.
