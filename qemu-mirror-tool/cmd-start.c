@@ -5,6 +5,9 @@
  * Without --qmp the job runs to READY, completes, and a summary is
  * printed.  With --qmp PATH it serves QMP on that UNIX socket and stays in
  * the sync stage after READY until block-job-complete or block-job-cancel.
+ * With --export the source is served over NBD while the job runs, then
+ * the target (after a completion) or the source; every exit flushes what
+ * the export serves.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -17,7 +20,6 @@
 #include "block/mirror-top.h"
 #include "util/cutils.h"
 
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,9 +376,11 @@ int cmd_start(int argc, char **argv)
           "copy at most RATE bytes per second (default: unlimited)",
           "RATE" },
         { "on-source-error", 0, 0, G_OPTION_ARG_STRING, &o.on_source_error,
-          "report (default), ignore, stop or enospc", "ACTION" },
+          "report (default), ignore, stop or enospc (these two need "
+          "--qmp)", "ACTION" },
         { "on-target-error", 0, 0, G_OPTION_ARG_STRING, &o.on_target_error,
-          "report (default), ignore, stop or enospc", "ACTION" },
+          "report (default), ignore, stop or enospc (these two need "
+          "--qmp)", "ACTION" },
         { "copy-mode", 0, 0, G_OPTION_ARG_STRING, &o.copy_mode,
           "background (default) or write-blocking", "MODE" },
         { "auto-converge", 0, 0, G_OPTION_ARG_NONE, &o.auto_converge,
@@ -503,7 +507,7 @@ int cmd_start(int argc, char **argv)
     if (flush_ret < 0) {
         tool_error("flush of the %s '%s' (the image the export serves) "
                    "failed: %s; the guests' last writes may be lost",
-                   served, served[0] == 't' ? argv[2] : argv[1],
+                   served, !strcmp(served, "target") ? argv[2] : argv[1],
                    g_strerror(-flush_ret));
         ret = TOOL_EXIT_FAILURE;
     }

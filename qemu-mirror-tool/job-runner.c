@@ -24,8 +24,8 @@
  * EIO...): that output stops, the job goes on.  Said once on stderr, which
  * may be gone as well.
  */
-static void job_runner_output_lost(JobRunner *r, const char *what,
-                                   const char *output, int err)
+static void job_runner_output_lost(const char *what, const char *output,
+                                   int err)
 {
     tool_error("%s: %s; %s no longer printed; the job goes on", what,
                g_strerror(err), output);
@@ -48,7 +48,7 @@ static bool job_runner_draw(JobRunner *r, bool final)
 
         r->progress = false;
         clearerr(stderr);
-        job_runner_output_lost(r, "stderr", "progress is", err);
+        job_runner_output_lost("stderr", "progress is", err);
         return false;
     }
     return true;
@@ -73,7 +73,7 @@ static void job_runner_print_event(JobRunner *r, const char *line)
 
         r->json = false;
         clearerr(stdout);
-        job_runner_output_lost(r, "stdout", "events are", err);
+        job_runner_output_lost("stdout", "events are", err);
     }
 }
 
