@@ -354,8 +354,8 @@ int cmd_start(int argc, char **argv)
     Job *job;
     int64_t stall_warning = 0;
     const char *served = NULL;
-    int ret = TOOL_EXIT_USAGE;
     int flush_ret;
+    int ret = TOOL_EXIT_USAGE;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
