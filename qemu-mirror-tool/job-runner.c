@@ -239,9 +239,9 @@ void job_runner_init(JobRunner *r, const char *target, bool progress)
         .stall_warning_s = JOB_RUNNER_STALL_WARNING_S,
         .line = g_string_new(NULL),
     };
+    r->sighup_source = g_unix_signal_add(SIGHUP, job_runner_sighup, r);
     r->sigint_source = g_unix_signal_add(SIGINT, job_runner_sigint, r);
     r->sigterm_source = g_unix_signal_add(SIGTERM, job_runner_sigterm, r);
-    r->sighup_source = g_unix_signal_add(SIGHUP, job_runner_sighup, r);
 }
 
 int job_runner_check_interrupted(JobRunner *r)
