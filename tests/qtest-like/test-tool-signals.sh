@@ -331,3 +331,17 @@ truncate -s 32M fast.raw
 expect_ok timeout 60 "$T" start --speed 1E src.raw fast.raw
 assert_same src.raw fast.raw "--speed 1E"
 ok "--speed 1E copies at full speed (no wrapped 1-byte quota)"
+
+# --- the auto-converge ranges are QMP's ----------------------------------------
+expect_exit 2 "$T" start --auto-converge --auto-converge-after 86400001 \
+    src.raw keep.raw
+stderr_has "--auto-converge-after '86400001': must be between 1 and 86400000"
+expect_exit 2 "$T" start --auto-converge --auto-converge-passes 1000001 \
+    src.raw keep.raw
+stderr_has "--auto-converge-passes '1000001': must be between 0 and 1000000"
+assert_unchanged keep.raw
+truncate -s 32M passes0.raw
+expect_ok "$T" start --auto-converge --auto-converge-passes 0 src.raw \
+    passes0.raw
+assert_same src.raw passes0.raw "--auto-converge-passes 0"
+ok "--auto-converge-after/-passes: QMP's ranges; passes 0 = no pass limit"
