@@ -297,14 +297,20 @@ bool job_complete(Job *job, GError **errp)
     return job->driver->complete(job, errp);
 }
 
-bool job_set_speed(Job *job, int64_t speed, GError **errp)
+bool job_check_speed(int64_t speed, GError **errp)
 {
-    if (!job_apply_verb(job, JOB_VERB_SET_SPEED, errp)) {
-        return false;
-    }
     if (speed < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Invalid parameter 'speed'");
+                    "Parameter 'speed' expects a non-negative value");
+        return false;
+    }
+    return true;
+}
+
+bool job_set_speed(Job *job, int64_t speed, GError **errp)
+{
+    if (!job_apply_verb(job, JOB_VERB_SET_SPEED, errp) ||
+        !job_check_speed(speed, errp)) {
         return false;
     }
     job->speed = speed;

@@ -164,7 +164,17 @@ void job_start(Job *job);
 /* Is @verb allowed in the job's state?  Error as QEMU words it. */
 bool job_apply_verb(Job *job, JobVerb verb, GError **errp);
 
-/* The user verbs, each checked against the verb table. */
+/*
+ * The one rule for a speed limit in bytes/s (0 = unlimited), for the CLI
+ * (start --speed), job creation and QMP block-job-set-speed alike: a
+ * negative value is refused with QEMU's words, "Parameter 'speed' expects
+ * a non-negative value"; any other int64_t is valid (util/ratelimit.c
+ * counts every one of them without wrapping).
+ */
+bool job_check_speed(int64_t speed, GError **errp);
+
+/* The user verbs, each checked against the verb table (set-speed also
+ * with job_check_speed()). */
 bool job_user_pause(Job *job, GError **errp);
 bool job_user_resume(Job *job, GError **errp);
 bool job_user_cancel(Job *job, bool force, GError **errp);

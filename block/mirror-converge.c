@@ -19,7 +19,6 @@
 #include "block/mirror-int.h"
 
 #define MIRROR_CONVERGE_CHECK_NS        (500 * 1000 * 1000LL)
-#define MIRROR_CONVERGE_DEFAULT_MS      5000
 
 static void mirror_converge_switch(MirrorJob *s, const char *reason)
 {
@@ -87,6 +86,28 @@ void mirror_converge_stop(MirrorJob *s)
     }
 }
 
+bool mirror_check_converge_ms(int64_t ms, GError **errp)
+{
+    if (ms < 1 || ms > MIRROR_CONVERGE_MAX_MS) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'auto-converge-ms' expects a value in range "
+                    "[1, %d]", MIRROR_CONVERGE_MAX_MS);
+        return false;
+    }
+    return true;
+}
+
+bool mirror_check_converge_passes(int64_t passes, GError **errp)
+{
+    if (passes < 0 || passes > MIRROR_CONVERGE_MAX_PASSES) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Parameter 'auto-converge-passes' expects a value in "
+                    "range [0, %d]", MIRROR_CONVERGE_MAX_PASSES);
+        return false;
+    }
+    return true;
+}
+
 void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes)
 {
@@ -96,8 +117,8 @@ void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
         s->auto_converge = on;
     }
     if (after_ms >= 0) {
-        s->auto_converge_ms = after_ms ? after_ms
-                                       : MIRROR_CONVERGE_DEFAULT_MS;
+        g_assert(after_ms >= 1 && after_ms <= MIRROR_CONVERGE_MAX_MS);
+        s->auto_converge_ms = after_ms;
     }
     if (passes >= 0) {
         s->auto_converge_passes = passes;

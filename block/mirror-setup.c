@@ -71,9 +71,11 @@ bool mirror_check_params(BlockDriverState *src, BlockDriverState *dst,
                     "[1, %d]", MIRROR_MAX_IN_FLIGHT_LIMIT);
         return false;
     }
-    if (p->speed < 0) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Invalid parameter 'speed'");
+    if (!job_check_speed(p->speed, errp) ||
+        !mirror_check_converge_ms(p->auto_converge_ms ?
+                                  p->auto_converge_ms :
+                                  MIRROR_CONVERGE_DEFAULT_MS, errp) ||
+        !mirror_check_converge_passes(p->auto_converge_passes, errp)) {
         return false;
     }
     /* As qemu-img's -S: any multiple of 512 (its sectors) up to 16 MiB. */

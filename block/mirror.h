@@ -34,6 +34,11 @@
 #define MIRROR_MAX_GRANULARITY       (64 << 20)
 #define MIRROR_MIN_CHUNK_SIZE        (4 << 10)
 #define MIRROR_MAX_CHUNK_SIZE        (64 << 20)
+/* auto-converge-ms (CLI: --auto-converge-after): 1 ms to a day. */
+#define MIRROR_CONVERGE_DEFAULT_MS   5000
+#define MIRROR_CONVERGE_MAX_MS       86400000
+/* auto-converge-passes: 0 (no pass limit) to a million. */
+#define MIRROR_CONVERGE_MAX_PASSES   1000000
 
 typedef enum MirrorSyncMode {
     MIRROR_SYNC_MODE_FULL,
@@ -151,9 +156,20 @@ void mirror_job_set_top(Job *job, BlockDriverState *top);
 bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp);
 
 /*
+ * The ranges of auto-converge-ms (1..MIRROR_CONVERGE_MAX_MS) and
+ * auto-converge-passes (0..MIRROR_CONVERGE_MAX_PASSES), one rule for job
+ * creation (the CLI's values) and QMP block-job-change alike.  False
+ * with @errp set naming the QMP parameter: "Parameter 'auto-converge-ms'
+ * expects a value in range [1, 86400000]".
+ */
+bool mirror_check_converge_ms(int64_t ms, GError **errp);
+bool mirror_check_converge_passes(int64_t passes, GError **errp);
+
+/*
  * Turn auto-converge on (@on 1) or off (0) at run time, or leave it (-1)
  * (QMP block-job-change "auto-converge"); @after_ms and @passes as in
- * MirrorParams (negative: unchanged).
+ * MirrorParams (negative: unchanged), checked by the caller with
+ * mirror_check_converge_ms() and mirror_check_converge_passes().
  */
 void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes);

@@ -5,6 +5,9 @@
  * Without --qmp the job runs to READY, completes, and a summary is
  * printed.  With --qmp PATH it serves QMP on that UNIX socket and stays in
  * the sync stage after READY until block-job-complete or block-job-cancel.
+ * With --export the source is served over NBD while the job runs, then
+ * the target (after a completion) or the source; every exit flushes what
+ * the export serves.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -18,6 +21,8 @@
 #include "util/cutils.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct StartOptions {
     char *src_format;
@@ -38,6 +43,7 @@ typedef struct StartOptions {
     char *export_name;
     char *converge_after;
     char *converge_passes;
+    char *stall_warning;
     gboolean auto_converge;
     gboolean qmp_wait;
     gboolean target_is_zero;
@@ -52,7 +58,7 @@ static void start_options_clear(StartOptions *o)
         &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
-        &o->converge_after, &o->converge_passes,
+        &o->converge_after, &o->converge_passes, &o->stall_warning,
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
@@ -68,9 +74,25 @@ static const char *const copy_mode_names[] = {
     "background", "write-blocking", NULL,
 };
 
+/*
+ * stop and enospc pause the job on an error until block-job-resume: only
+ * a QMP client can send that.  Without --qmp the job would wait forever.
+ */
+static bool start_check_pausing(const StartOptions *o, const char *opt,
+                                const char *value, BlockdevOnError action)
+{
+    if (o->qmp || (action != BLOCKDEV_ON_ERROR_STOP &&
+                   action != BLOCKDEV_ON_ERROR_ENOSPC)) {
+        return true;
+    }
+    tool_error("%s '%s' needs --qmp PATH: it pauses the job, and only "
+               "QMP block-job-resume can resume it", opt, value);
+    return false;
+}
+
 /* Turn the option strings into job parameters; false = bad input. */
 static bool start_parse(StartOptions *o, MirrorParams *p,
-                        GHashTable *nbd_opts)
+                        int64_t *stall_warning, GHashTable *nbd_opts)
 {
     g_autoptr(GError) err = NULL;
     int choice;
@@ -107,6 +129,16 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         }
         p->on_target_error = choice;
     }
+    if (!start_check_pausing(o, "--on-source-error", o->on_source_error,
+                             p->on_source_error) ||
+        !start_check_pausing(o, "--on-target-error", o->on_target_error,
+                             p->on_target_error)) {
+        return false;
+    }
+    if (o->job_id && !*o->job_id) {
+        tool_error("--job-id '': must not be empty");
+        return false;
+    }
     if (o->copy_mode) {
         if (!tool_parse_choice("--copy-mode", o->copy_mode,
                                copy_mode_names, &choice)) {
@@ -134,7 +166,9 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         p->max_in_flight = v;
     }
     if (o->speed) {
-        if (!parse_size("--speed", o->speed, &v, &err)) {
+        /* Any size is valid: job_check_speed(), the rule QMP uses. */
+        if (!parse_size("--speed", o->speed, &v, &err) ||
+            !job_check_speed(v, &err)) {
             goto out_err;
         }
         p->speed = v;
@@ -151,15 +185,16 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
     }
     p->auto_converge = o->auto_converge;
     if (o->converge_after) {
+        /* The ranges are mirror_check_converge_*()'s, as in QMP. */
         if (!parse_count("--auto-converge-after", o->converge_after, 1,
-                         86400000, &v, &err)) {
+                         MIRROR_CONVERGE_MAX_MS, &v, &err)) {
             goto out_err;
         }
         p->auto_converge_ms = v;
     }
     if (o->converge_passes) {
-        if (!parse_count("--auto-converge-passes", o->converge_passes, 1,
-                         1000000, &v, &err)) {
+        if (!parse_count("--auto-converge-passes", o->converge_passes, 0,
+                         MIRROR_CONVERGE_MAX_PASSES, &v, &err)) {
             goto out_err;
         }
         p->auto_converge_passes = v;
@@ -177,11 +212,70 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         tool_error("--qmp-wait needs --qmp PATH");
         return false;
     }
+    *stall_warning = JOB_RUNNER_STALL_WARNING_S;
+    if (o->stall_warning) {
+        if (!parse_count("--stall-warning", o->stall_warning, 0, 86400,
+                         &v, &err)) {
+            goto out_err;
+        }
+        *stall_warning = v;
+    }
     return true;
 
 out_err:
     tool_error("%s", err->message);
     return false;
+}
+
+/* @path with its directory resolved (symlinks, "..", "."), or NULL when
+ * the directory does not exist. */
+static char *start_resolve_dir(const char *path)
+{
+    g_autofree char *dir = g_path_get_dirname(path);
+    g_autofree char *base = g_path_get_basename(path);
+    g_autofree char *real = realpath(dir, NULL);
+
+    return real ? g_build_filename(real, base, NULL) : NULL;
+}
+
+/* Do @a and @b name the same file, existing or not? */
+static bool start_same_path(const char *a, const char *b)
+{
+    g_autofree char *ra = NULL;
+    g_autofree char *rb = NULL;
+
+    if (bdrv_same_storage(a, b)) {
+        return true;
+    }
+    ra = start_resolve_dir(a);
+    rb = start_resolve_dir(b);
+    return ra && rb && !strcmp(ra, rb);
+}
+
+/*
+ * --qmp PATH must not be an image of the job or the --export socket:
+ * listening there would unlink the image, or take the guests' disk away.
+ * Checked before anything is opened (socket_unix_listen() refuses files
+ * and live sockets as well, but only once the images are open).
+ */
+static bool start_check_paths(const StartOptions *o, const char *src,
+                              const char *dst)
+{
+    if (!o->qmp) {
+        return true;
+    }
+    if (start_same_path(o->qmp, src) || start_same_path(o->qmp, dst)) {
+        tool_error("--qmp '%s': is the job's %s image", o->qmp,
+                   start_same_path(o->qmp, src) ? "source" : "target");
+        return false;
+    }
+    if (o->export_addr && g_str_has_prefix(o->export_addr, "unix:") &&
+        start_same_path(o->qmp, o->export_addr + strlen("unix:"))) {
+        tool_error("--qmp '%s': is the --export '%s' socket as well",
+                   o->qmp, o->export_addr);
+        return false;
+    }
+    return true;
 }
 
 static gboolean start_deadline_cb(gpointer opaque)
@@ -190,9 +284,31 @@ static gboolean start_deadline_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-/* Let connected clients finish what they sent (up to 5 s), then go. */
-static void start_export_stop(NbdServer *export, BlockDriverState *top)
+typedef struct StartFlush {
+    bool done;
+    int ret;
+} StartFlush;
+
+static void start_flush_cb(void *opaque, int ret)
 {
+    StartFlush *f = opaque;
+
+    f->ret = ret;
+    f->done = true;
+}
+
+/*
+ * Let connected clients finish what they sent (up to 5 s), then flush the
+ * image the export serves (the target after a completion, else the
+ * source): guests need not have flushed their last writes, and we are the
+ * last to hold the image.  Returns the flush's result (0 without an
+ * export), with the image's role in *@role.  A second signal while we
+ * wait exits at once (job-runner.c).
+ */
+static int start_export_stop(NbdServer *export, BlockDriverState *top,
+                             BlockDriverState *dst, const char **role)
+{
+    StartFlush f = { 0 };
     bool late = false;
 
     if (export) {
@@ -211,8 +327,12 @@ static void start_export_stop(NbdServer *export, BlockDriverState *top)
         while (mirror_top_in_flight(top)) {
             g_main_context_iteration(NULL, TRUE);
         }
+        *role = mirror_top_child(top) == dst ? "target" : "source";
+        bdrv_aio_flush(mirror_top_child(top), start_flush_cb, &f);
+        tool_run_until(&f.done);
     }
     bdrv_unref(top);
+    return f.ret;
 }
 
 int cmd_start(int argc, char **argv)
@@ -232,6 +352,9 @@ int cmd_start(int argc, char **argv)
     JobRunner runner;
     MirrorParams p;
     Job *job;
+    int64_t stall_warning = 0;
+    const char *served = NULL;
+    int flush_ret;
     int ret = TOOL_EXIT_USAGE;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
@@ -253,9 +376,11 @@ int cmd_start(int argc, char **argv)
           "copy at most RATE bytes per second (default: unlimited)",
           "RATE" },
         { "on-source-error", 0, 0, G_OPTION_ARG_STRING, &o.on_source_error,
-          "report (default), ignore, stop or enospc", "ACTION" },
+          "report (default), ignore, stop or enospc (these two need "
+          "--qmp)", "ACTION" },
         { "on-target-error", 0, 0, G_OPTION_ARG_STRING, &o.on_target_error,
-          "report (default), ignore, stop or enospc", "ACTION" },
+          "report (default), ignore, stop or enospc (these two need "
+          "--qmp)", "ACTION" },
         { "copy-mode", 0, 0, G_OPTION_ARG_STRING, &o.copy_mode,
           "background (default) or write-blocking", "MODE" },
         { "auto-converge", 0, 0, G_OPTION_ARG_NONE, &o.auto_converge,
@@ -284,6 +409,9 @@ int cmd_start(int argc, char **argv)
           "the NBD export name (default \"\")", "NAME" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
+        { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
+          "warn when no I/O completed for SECS seconds while some is in "
+          "flight, 0..86400, 0 = never (default 30)", "SECS" },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
           "show a progress bar on stderr", NULL },
         { "json", 0, 0, G_OPTION_ARG_NONE, &o.json,
@@ -299,7 +427,8 @@ int cmd_start(int argc, char **argv)
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("start", argc, 2, "a source and a target") ||
-        !start_parse(&o, &p, nbd_opts)) {
+        !start_parse(&o, &p, &stall_warning, nbd_opts) ||
+        !start_check_paths(&o, argv[1], argv[2])) {
         goto out;
     }
     if (bdrv_same_storage(argv[1], argv[2])) {
@@ -341,13 +470,14 @@ int cmd_start(int argc, char **argv)
 
     job_runner_init(&runner, argv[2], o.progress);
     runner.json = o.json;
+    runner.stall_warning_s = stall_warning;
     if (o.qmp) {
         qmp = qmp_server_new(o.qmp, &err);
         if (!qmp) {
             tool_error("%s", err->message);
             job_unref(job);
             job_runner_destroy(&runner);
-            start_export_stop(export, top);
+            start_export_stop(export, top, dst, &served);
             goto out;
         }
         host = (QmpJobHost) {
@@ -373,7 +503,14 @@ int cmd_start(int argc, char **argv)
             qmp_server_flush(qmp, 1000);   /* the reply to quit */
         }
     }
-    start_export_stop(export, top);
+    flush_ret = start_export_stop(export, top, dst, &served);
+    if (flush_ret < 0) {
+        tool_error("flush of the %s '%s' (the image the export serves) "
+                   "failed: %s; the guests' last writes may be lost",
+                   served, !strcmp(served, "target") ? argv[2] : argv[1],
+                   g_strerror(-flush_ret));
+        ret = TOOL_EXIT_FAILURE;
+    }
     qmp_server_free(qmp);
     job_runner_destroy(&runner);
 out:

@@ -19,20 +19,106 @@
 
 #define PROGRESS_INTERVAL_MS 100
 
-static void job_runner_draw(JobRunner *r, bool final)
+/*
+ * A write to stdout or stderr failed (EPIPE: the reader went away; ENOSPC,
+ * EIO...): that output stops, the job goes on.  Said once on stderr, which
+ * may be gone as well.
+ */
+static void job_runner_output_lost(const char *what, const char *output,
+                                   int err)
+{
+    tool_error("%s: %s; %s no longer printed; the job goes on", what,
+               g_strerror(err), output);
+}
+
+/* Draw the progress bar; false when stderr cannot take it any more. */
+static bool job_runner_draw(JobRunner *r, bool final)
 {
     Job *job = r->job;
     int64_t total = MAX(job->progress_total, job->progress_current);
 
+    if (!r->progress) {
+        return false;
+    }
     progress_render(r->line, job->progress_current, total,
                     clock_ns() - r->start_ns, 79);
-    fprintf(stderr, "\r%s%s", r->line->str, final ? "\n" : "");
-    fflush(stderr);
+    if (fprintf(stderr, "\r%s%s", r->line->str, final ? "\n" : "") < 0 ||
+        fflush(stderr) == EOF) {
+        int err = errno;
+
+        r->progress = false;
+        clearerr(stderr);
+        job_runner_output_lost("stderr", "progress is", err);
+        return false;
+    }
+    return true;
 }
 
 static gboolean job_runner_progress_cb(gpointer opaque)
 {
-    job_runner_draw(opaque, false);
+    JobRunner *r = opaque;
+
+    if (!job_runner_draw(r, false)) {
+        r->progress_timer = 0;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+/* Print an event line on stdout (--json); stop at the first failure. */
+static void job_runner_print_event(JobRunner *r, const char *line)
+{
+    if (printf("%s\n", line) < 0 || fflush(stdout) == EOF) {
+        int err = errno;
+
+        r->json = false;
+        clearerr(stdout);
+        job_runner_output_lost("stdout", "events are", err);
+    }
+}
+
+/* The I/O the job is waiting for, for messages. */
+static int job_runner_in_flight(JobRunner *r)
+{
+    MirrorStats st;
+
+    mirror_get_stats(r->job, &st);
+    return st.in_flight;
+}
+
+/*
+ * Every second: if I/O is in flight and none completed for
+ * stall_warning_s, say so (once per stall), so that a target or source
+ * that stopped answering is visible; and say when it moves again.
+ */
+static gboolean job_runner_stall_cb(gpointer opaque)
+{
+    JobRunner *r = opaque;
+    Job *job = r->job;
+    MirrorStats st;
+    int64_t now = clock_ns();
+    uint64_t mark;
+
+    mirror_get_stats(job, &st);
+    mark = job->progress_current + st.errors;
+    if (mark != r->stall_mark || !st.in_flight || job_is_paused(job) ||
+        job_is_completed(job)) {
+        if (r->stall_warned) {
+            tool_error("I/O completes again after %.0f s",
+                       (now - r->stall_since_ns) / 1e9);
+        }
+        r->stall_mark = mark;
+        r->stall_since_ns = now;
+        r->stall_warned = false;
+        return G_SOURCE_CONTINUE;
+    }
+    if (!r->stall_warned &&
+        now - r->stall_since_ns >= r->stall_warning_s * 1000000000) {
+        r->stall_warned = true;
+        tool_error("no I/O completed for %" G_GINT64_FORMAT " s; %d "
+                   "requests in flight (is the source or the target "
+                   "stalled?)", r->stall_warning_s, st.in_flight);
+    }
     return G_SOURCE_CONTINUE;
 }
 
@@ -46,8 +132,7 @@ static void job_runner_event(Job *job, const JobEvent *ev, void *opaque)
         g_autofree char *line = qmp_event_to_string(name,
                                                     json_node_copy(data));
 
-        printf("%s\n", line);
-        fflush(stdout);
+        job_runner_print_event(r, line);
     }
     if (data && r->qmp) {
         qmp_server_emit_event(r->qmp, name, data);
@@ -73,20 +158,46 @@ static void job_runner_cancel(JobRunner *r, bool force)
     }
 }
 
+static const char *job_runner_signame(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+/* 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. */
+static int job_runner_sigexit(int sig)
+{
+    return sig == SIGINT ? TOOL_EXIT_SIGINT :
+           sig == SIGHUP ? TOOL_EXIT_SIGHUP : TOOL_EXIT_SIGTERM;
+}
+
 static void job_runner_interrupt(JobRunner *r, int sig)
 {
+    if (r->signal || r->stop) {
+        /* A second signal: stop at once. */
+        if (r->job && job_is_completed(r->job) && r->done &&
+            r->job->ret == 0 && !r->signal) {
+            tool_error("interrupted again by %s; exiting without the "
+                       "final flush", job_runner_signame(sig));
+        } else {
+            tool_error("interrupted again by %s; the target '%s' is "
+                       "incomplete", job_runner_signame(sig), r->target);
+        }
+        _exit(job_runner_sigexit(sig));
+    }
     if (r->job && job_is_completed(r->job) && r->done) {
-        /* The job is over: only the serving stops. */
+        /* The job is over: only the serving stops (drain, flush). */
+        tool_error("%s: stopping (interrupt again to stop at once)",
+                   job_runner_signame(sig));
         r->stop = true;
         return;
     }
-    if (r->signal) {
-        /* A second signal: stop at once. */
-        tool_error("interrupted again; the target '%s' is incomplete",
-                   r->target);
-        _exit(sig == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM);
-    }
     r->signal = sig;
+    if (r->job && r->started) {
+        /* Say at once what we wait for: I/O may be stalled. */
+        tool_error("%s: cancelling the job; waiting for %d requests in "
+                   "flight (interrupt again to stop at once)",
+                   job_runner_signame(sig), job_runner_in_flight(r));
+    }
     /* After READY an orderly cancel leaves a point-in-time copy. */
     job_runner_cancel(r, !(r->job && r->job->ready_seen));
 }
@@ -100,6 +211,14 @@ static gboolean job_runner_sigint(gpointer opaque)
 static gboolean job_runner_sigterm(gpointer opaque)
 {
     job_runner_interrupt(opaque, SIGTERM);
+    return G_SOURCE_CONTINUE;
+}
+
+/* A dropped terminal or ssh session: as SIGTERM (orderly, with the
+ * message), where the default action would kill us without a word. */
+static gboolean job_runner_sighup(gpointer opaque)
+{
+    job_runner_interrupt(opaque, SIGHUP);
     return G_SOURCE_CONTINUE;
 }
 
@@ -117,15 +236,12 @@ void job_runner_init(JobRunner *r, const char *target, bool progress)
     *r = (JobRunner) {
         .target = target,
         .progress = progress,
+        .stall_warning_s = JOB_RUNNER_STALL_WARNING_S,
         .line = g_string_new(NULL),
     };
+    r->sighup_source = g_unix_signal_add(SIGHUP, job_runner_sighup, r);
     r->sigint_source = g_unix_signal_add(SIGINT, job_runner_sigint, r);
     r->sigterm_source = g_unix_signal_add(SIGTERM, job_runner_sigterm, r);
-}
-
-static const char *job_runner_signame(JobRunner *r)
-{
-    return r->signal == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
 int job_runner_check_interrupted(JobRunner *r)
@@ -138,8 +254,8 @@ int job_runner_check_interrupted(JobRunner *r)
         return TOOL_EXIT_OK;
     }
     tool_error("interrupted by %s; the target '%s' is incomplete",
-               job_runner_signame(r), r->target);
-    return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+               job_runner_signame(r->signal), r->target);
+    return job_runner_sigexit(r->signal);
 }
 
 /* The outcome as an exit code and, unless it is plain success, a
@@ -153,12 +269,12 @@ static int job_runner_outcome(JobRunner *r)
         if (job->ret == 0) {
             tool_error("interrupted by %s after READY; the target '%s' is "
                        "a consistent point-in-time copy",
-                       job_runner_signame(r), r->target);
+                       job_runner_signame(r->signal), r->target);
         } else {
             tool_error("interrupted by %s; the target '%s' is incomplete",
-                       job_runner_signame(r), r->target);
+                       job_runner_signame(r->signal), r->target);
         }
-        return r->signal == SIGINT ? TOOL_EXIT_SIGINT : TOOL_EXIT_SIGTERM;
+        return job_runner_sigexit(r->signal);
     }
     if (job->ret == -ECANCELED) {
         tool_error("the job was cancelled; the target '%s' is incomplete",
@@ -187,6 +303,10 @@ static void job_runner_start(JobRunner *r)
                                           job_runner_progress_cb, r);
     }
     r->start_ns = clock_ns();
+    if (r->stall_warning_s > 0) {
+        r->stall_since_ns = r->start_ns;
+        r->stall_timer = g_timeout_add_seconds(1, job_runner_stall_cb, r);
+    }
     /* A QMP client may have cancelled it before it started. */
     if (r->job->status == JOB_STATUS_CREATED) {
         job_start(r->job);
@@ -229,6 +349,10 @@ int job_runner_run(JobRunner *r, Job *job)
     /* Started already, a signal cancels it: run until it is gone. */
     job_runner_start(r);
     tool_run_until(&r->done);
+    if (r->stall_timer) {
+        /* Say that a stall we reported ended, if the timer did not. */
+        job_runner_stall_cb(r);
+    }
     if (r->progress) {
         job_runner_draw(r, true);
     }
@@ -281,6 +405,12 @@ void job_runner_destroy(JobRunner *r)
     }
     if (r->sigterm_source) {
         g_source_remove(r->sigterm_source);
+    }
+    if (r->sighup_source) {
+        g_source_remove(r->sighup_source);
+    }
+    if (r->stall_timer) {
+        g_source_remove(r->stall_timer);
     }
     g_string_free(r->line, TRUE);
     job_unref(r->job);

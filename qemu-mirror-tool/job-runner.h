@@ -1,8 +1,13 @@
 /*
  * Running a mirror job from the command line: start it, draw progress,
  * forward its events (to QMP clients, as JSON lines on stdout), turn
- * SIGINT/SIGTERM into an orderly cancel, and map the outcome to an exit
- * code and a message that says what state the target is in.
+ * SIGINT/SIGTERM/SIGHUP into an orderly cancel (saying at once what it
+ * waits for; a second one exits at once), warn when no I/O completes for
+ * a while, and map the outcome to an exit code and a message that says
+ * what state the target is in.
+ *
+ * Output that cannot be written (a reader that went away: EPIPE, since
+ * main() ignores SIGPIPE) stops that output, never the job.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -26,20 +31,30 @@ typedef struct JobRunner {
     bool done;
     bool quit;              /* QMP quit */
     bool stop;              /* a signal or quit asked us to stop */
-    int signal;             /* SIGINT/SIGTERM received, or 0 */
+    int signal;             /* SIGINT/SIGTERM/SIGHUP received, or 0 */
+    int64_t stall_warning_s; /* warn after this long without a completed
+                             * I/O while some is in flight; 0 = never */
     int64_t start_ns;
     int64_t ready_ns;
     int64_t end_ns;
     guint progress_timer;
     guint sigint_source;
     guint sigterm_source;
+    guint sighup_source;
+    guint stall_timer;
+    uint64_t stall_mark;    /* progress + errors when last looked */
+    int64_t stall_since_ns; /* since then nothing completed */
+    bool stall_warned;
     GString *line;
 } JobRunner;
 
+/* Default of stall_warning_s (start --stall-warning). */
+#define JOB_RUNNER_STALL_WARNING_S 30
+
 /*
- * Prepare to run a job writing @target: from now on SIGINT and SIGTERM
- * are caught (call it before creating the target).  Set the optional
- * fields (json, qmp, qmp_wait) afterwards.
+ * Prepare to run a job writing @target: from now on SIGINT, SIGTERM and
+ * SIGHUP are caught (call it before creating the target).  Set the
+ * optional fields (json, qmp, qmp_wait, stall_warning_s) afterwards.
  */
 void job_runner_init(JobRunner *r, const char *target, bool progress);
 
@@ -57,7 +72,8 @@ int job_runner_check_interrupted(JobRunner *r);
 
 /*
  * After the job: keep the main loop running (an NBD export keeps serving)
- * until SIGINT, SIGTERM or QMP quit.
+ * until SIGINT, SIGTERM, SIGHUP or QMP quit.  A further signal while the
+ * caller then shuts down (drains, flushes) exits at once.
  */
 void job_runner_serve(JobRunner *r);
 

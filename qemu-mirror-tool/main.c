@@ -7,6 +7,7 @@
 #include "qemu-mirror-tool/tool.h"
 
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +47,13 @@ int main(int argc, char **argv)
     const char *name;
 
     setlocale(LC_ALL, "");
+    /*
+     * A reader that goes away (`| head`, a closed log pipe, a dropped ssh
+     * session) must not kill a job or the export guests depend on: writes
+     * to it fail with EPIPE instead, and the output stops (job-runner.c).
+     * Sockets are covered too, whatever flags a send() forgets.
+     */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         tool_print_usage(stderr);
         return TOOL_EXIT_USAGE;

@@ -372,7 +372,8 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
     };
     QmpJobHost *host = opaque;
     const char *id = NULL, *type = NULL, *mode = NULL;
-    bool converge = false, has_converge;
+    bool converge = false, has_converge, has_after, has_passes;
+    MirrorCopyMode m = MIRROR_COPY_MODE_BACKGROUND;
     int64_t after = -1, passes = -1;
     Job *job;
 
@@ -395,30 +396,35 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
                     "Job type does not match specified job type");
         return NULL;
     }
-    if (mode) {
-        MirrorCopyMode m;
-
-        if (!strcmp(mode, "background")) {
-            m = MIRROR_COPY_MODE_BACKGROUND;
-        } else if (!strcmp(mode, "write-blocking")) {
-            m = MIRROR_COPY_MODE_WRITE_BLOCKING;
-        } else {
-            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                        "Parameter 'copy-mode' does not accept value '%s'",
-                        mode);
-            return NULL;
-        }
-        if (!mirror_change_copy_mode(job, m, errp)) {
-            return NULL;
-        }
-    }
+    /* Every value is checked (as the CLI's) before anything changes. */
     has_converge = json_object_has_member(args, "auto-converge");
-    if (has_converge || after >= 0 || passes >= 0) {
-        if (!job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
-            return NULL;
-        }
-        mirror_set_auto_converge(job, has_converge ? converge : -1, after,
-                                 passes);
+    has_after = json_object_has_member(args, "auto-converge-ms");
+    has_passes = json_object_has_member(args, "auto-converge-passes");
+    if ((has_after && !mirror_check_converge_ms(after, errp)) ||
+        (has_passes && !mirror_check_converge_passes(passes, errp))) {
+        return NULL;
+    }
+    if (mode && !strcmp(mode, "background")) {
+        m = MIRROR_COPY_MODE_BACKGROUND;
+    } else if (mode && !strcmp(mode, "write-blocking")) {
+        m = MIRROR_COPY_MODE_WRITE_BLOCKING;
+    } else if (mode) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Parameter 'copy-mode' does not accept value '%s'",
+                    mode);
+        return NULL;
+    }
+    if ((has_converge || has_after || has_passes) &&
+        !job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
+        return NULL;
+    }
+    if (mode && !mirror_change_copy_mode(job, m, errp)) {
+        return NULL;
+    }
+    if (has_converge || has_after || has_passes) {
+        mirror_set_auto_converge(job, has_converge ? converge : -1,
+                                 has_after ? after : -1,
+                                 has_passes ? passes : -1);
     }
     return NULL;
 }

@@ -6,6 +6,7 @@
  *   0    done (and verified where the command verifies)
  *   1    an I/O or job failure
  *   2    bad usage or bad input; nothing was written
+ *   129  stopped by SIGHUP after an orderly cancel
  *   130  stopped by SIGINT after an orderly cancel
  *   143  stopped by SIGTERM after an orderly cancel
  *
@@ -25,6 +26,7 @@ enum {
     TOOL_EXIT_OK = 0,
     TOOL_EXIT_FAILURE = 1,
     TOOL_EXIT_USAGE = 2,
+    TOOL_EXIT_SIGHUP = 129,
     TOOL_EXIT_SIGINT = 130,
     TOOL_EXIT_SIGTERM = 143,
 };

@@ -6,18 +6,35 @@
  */
 #include "util/ratelimit.h"
 
+#include <glib.h>
+
+#define NS_PER_SEC 1000000000ULL
+
 void ratelimit_set_speed(RateLimit *limit, uint64_t speed, uint64_t slice_ns)
 {
+    uint64_t whole, part, quota;
+
     limit->slice_ns = slice_ns;
     if (speed == 0) {
         limit->slice_quota = 0;
         return;
     }
-    /* Round up so that tiny speeds still admit something per slice. */
-    limit->slice_quota = (speed * slice_ns + 999999999) / 1000000000;
-    if (limit->slice_quota == 0) {
-        limit->slice_quota = 1;
+    /*
+     * speed * slice_ns / 1 s, rounded up so that tiny speeds still admit
+     * something per slice.  The product itself overflows from 2^64 / slice
+     * (2^64 / 10^8: about 184 GB/s with 100 ms slices) and wrapped to a
+     * tiny quota that stalled the job: split the speed into whole seconds
+     * and the rest, and take a quota past UINT64_MAX as unlimited.
+     */
+    if (!g_uint64_checked_mul(&whole, speed / NS_PER_SEC, slice_ns) ||
+        !g_uint64_checked_mul(&part, speed % NS_PER_SEC, slice_ns) ||
+        !g_uint64_checked_add(&quota, whole,
+                              part / NS_PER_SEC +
+                              (part % NS_PER_SEC != 0))) {
+        limit->slice_quota = 0;
+        return;
     }
+    limit->slice_quota = MAX(quota, 1);
 }
 
 bool ratelimit_enabled(const RateLimit *limit)

@@ -25,7 +25,11 @@ typedef struct RateLimit {
     uint64_t dispatched;    /* bytes charged in the current slice */
 } RateLimit;
 
-/* Set the speed in bytes per second (0 = unlimited) with @slice_ns slices. */
+/*
+ * Set the speed in bytes per second (0 = unlimited) with @slice_ns slices.
+ * Any speed works: one whose quota per slice exceeds UINT64_MAX bytes is
+ * unlimited (it could never be reached anyway).
+ */
 void ratelimit_set_speed(RateLimit *limit, uint64_t speed, uint64_t slice_ns);
 
 /* Is a limit set? */

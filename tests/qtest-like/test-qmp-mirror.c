@@ -350,7 +350,8 @@ static void test_set_speed(void)
                              (int)(8 * MiB));
     j2 = qtest_query_job(q);
     g_assert_cmpint(qtest_json_int(j2, "speed"), ==, 8 * MiB);
-    qtest_qmp_assert_error(q, "GenericError", "Invalid parameter 'speed'",
+    qtest_qmp_assert_error(q, "GenericError",
+                           "Parameter 'speed' expects a non-negative value",
                            "block-job-set-speed",
                            "{\"device\": \"mirror\", \"speed\": -1}");
     j3 = qtest_query_job(q);
@@ -422,6 +423,96 @@ static void test_set_speed_measured(void)
     qtest_qmp_assert_success(q, "block-job-set-speed",
                              "{\"device\": \"mirror\", \"speed\": 0}");
     complete_job(q, im);
+}
+
+/*
+ * Speeds from 2^62 up wrapped in the rate limiter (speed * slice) to a
+ * quota of 1 byte per 100 ms: the job stalled.  Any non-negative speed is
+ * valid (as in QEMU) and these are unlimited in effect.
+ */
+static void check_set_speed_huge(int64_t speed)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(16 * MiB);
+    g_autoptr(QTestState) q = qtest_start(im->dir, QTEST_QMP_WAIT, "--speed",
+                                          "1M", im->src, im->dst, NULL);
+    g_autoptr(JsonObject) job = NULL;
+
+    qtest_qmp_assert_success(q, "block-job-set-speed",
+                             "{\"device\": \"mirror\", \"speed\": %"
+                             G_GINT64_FORMAT "}", speed);
+    job = qtest_query_job(q);
+    g_assert_cmpint(qtest_json_int(job, "speed"), ==, speed);
+    complete_job(q, im);
+}
+
+static void test_set_speed_2_62(void)
+{
+    check_set_speed_huge(INT64_C(1) << 62);
+}
+
+static void test_set_speed_max(void)
+{
+    check_set_speed_huge(INT64_MAX);
+}
+
+/*
+ * block-job-change checks auto-converge-ms and -passes as the CLI does
+ * (mirror_check_converge_*()): 2^63-1 overflowed a multiplication, and
+ * negative values were accepted and ignored.  A refused change changes
+ * nothing, not even the members that were valid.
+ */
+static void test_change_converge_ranges(void)
+{
+    static const struct {
+        const char *member;
+        const char *value;
+        const char *error;
+    } bad[] = {
+        { "auto-converge-ms", "9223372036854775807",
+          "Parameter 'auto-converge-ms' expects a value in range "
+          "[1, 86400000]" },
+        { "auto-converge-ms", "86400001",
+          "Parameter 'auto-converge-ms' expects a value in range "
+          "[1, 86400000]" },
+        { "auto-converge-ms", "0",
+          "Parameter 'auto-converge-ms' expects a value in range "
+          "[1, 86400000]" },
+        { "auto-converge-ms", "-1",
+          "Parameter 'auto-converge-ms' expects a value in range "
+          "[1, 86400000]" },
+        { "auto-converge-passes", "-1",
+          "Parameter 'auto-converge-passes' expects a value in range "
+          "[0, 1000000]" },
+        { "auto-converge-passes", "1000001",
+          "Parameter 'auto-converge-passes' expects a value in range "
+          "[0, 1000000]" },
+    };
+    g_autoptr(QTestImages) im = qtest_images_new(16 * MiB);
+    g_autoptr(QTestState) q = qtest_start(im->dir, QTEST_QMP_WAIT, "--speed",
+                                          "1M", im->src, im->dst, NULL);
+    g_autoptr(JsonObject) ready = NULL;
+    g_autoptr(JsonObject) job = NULL;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        qtest_qmp_assert_error(q, "GenericError", bad[i].error,
+                               "block-job-change",
+                               "{\"id\": \"mirror\", \"type\": \"mirror\", "
+                               "\"copy-mode\": \"write-blocking\", "
+                               "\"%s\": %s}", bad[i].member, bad[i].value);
+    }
+    /* Still background: write-blocking would be actively synced. */
+    qtest_qmp_assert_success(q, "block-job-set-speed",
+                             "{\"device\": \"mirror\", \"speed\": 0}");
+    ready = qtest_wait_event(q, "BLOCK_JOB_READY", 60);
+    job = qtest_query_job(q);
+    g_assert_false(qtest_json_bool(job, "actively-synced"));
+    qtest_qmp_assert_success(q, "block-job-change",
+                             "{\"id\": \"mirror\", \"type\": \"mirror\", "
+                             "\"auto-converge-ms\": 86400000, "
+                             "\"auto-converge-passes\": 0}");
+    qtest_qmp_assert_success(q, "block-job-complete", DEV);
+    g_assert_cmpint(qtest_wait_exit(q, 60), ==, 0);
+    qtest_assert_files_equal(im->src, im->dst);
 }
 
 /* ---- 218: cancel in each phase ---- */
@@ -526,6 +617,10 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/041/set-speed", test_set_speed);
     g_test_add_func("/qmp/041/set-speed-default", test_set_speed_default);
     g_test_add_func("/qmp/041/set-speed-measured", test_set_speed_measured);
+    g_test_add_func("/qmp/set-speed/2^62", test_set_speed_2_62);
+    g_test_add_func("/qmp/set-speed/int64-max", test_set_speed_max);
+    g_test_add_func("/qmp/block-job-change/converge-ranges",
+                    test_change_converge_ranges);
     g_test_add_func("/qmp/218/cancel-before-ready/soft",
                     test_218_cancel_before_ready_soft);
     g_test_add_func("/qmp/218/cancel-before-ready/force",

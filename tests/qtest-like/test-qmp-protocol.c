@@ -230,7 +230,8 @@ static void test_id(void)
     r3 = qtest_conn_qmp_raw(c, "{\"id\": {\"a\": [1, \"x\"]}, \"execute\": "
                             "\"block-job-set-speed\", \"arguments\": "
                             "{\"device\": \"mirror\", \"speed\": -5}}");
-    assert_error(r3, "GenericError", "Invalid parameter 'speed'");
+    assert_error(r3, "GenericError",
+                 "Parameter 'speed' expects a non-negative value");
     g_assert_cmpint(qtest_json_int(r3, "id/a/0"), ==, 1);
     g_assert_cmpstr(qtest_json_str(r3, "id/a/1"), ==, "x");
 
