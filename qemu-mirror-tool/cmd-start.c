@@ -439,7 +439,7 @@ int cmd_start(int argc, char **argv)
     src = tool_open_image("source", argv[1], o.src_format,
                           o.export_addr ? BDRV_O_RDWR : 0,
                           tool_nbd_options(argv[1], nbd_opts));
-    if (!src) {
+    if (!src || !tool_check_target_chain(src, argv[2])) {
         goto out;
     }
     dst = tool_open_image("target", argv[2], o.dst_format,

@@ -102,6 +102,11 @@ refused 2 "convert -O qcow2 top onto the middle of its chain" \
 refused 2 "convert -n top into the base of its chain" \
     backing "'base.qcow2'" -- convert -n -O qcow2 top.qcow2 base.qcow2
 
+refused 2 "start top onto the base of its chain" \
+    backing "'base.qcow2'" "depth 2" -- start -O qcow2 top.qcow2 base.qcow2
+refused 2 "start raw-backed overlay onto its backing file" \
+    backing "'link.raw'" -- start ov.qcow2 link.raw
+
 # What is not in the chain still converts, chain and all.
 expect_ok "$T" convert -O qcow2 top.qcow2 flat.qcow2
 run qemu-img compare top.qcow2 flat.qcow2
