@@ -285,11 +285,16 @@ static BDRVQcow2State *qcow2_state(BlockDriverState *bs)
     return ((Qcow2Node *)bs->opaque)->s;
 }
 
+/*
+ * The magic alone claims the file, whatever the version: an unsupported
+ * version is then refused by the open ("Unsupported qcow2 version 4", as
+ * qemu-img says), not probed as raw and copied as its container bytes.
+ * (QEMU's qcow driver takes version 1; we have none, so qcow2 refuses it.)
+ */
 static int qcow2_probe(const uint8_t *buf, int buf_size,
                        const char *filename)
 {
-    if (buf_size >= 8 && qcow2_be32(buf) == QCOW2_MAGIC &&
-        (qcow2_be32(buf + 4) == 2 || qcow2_be32(buf + 4) == 3)) {
+    if (buf_size >= 8 && qcow2_be32(buf) == QCOW2_MAGIC) {
         return 100;
     }
     return 0;
