@@ -324,6 +324,13 @@ struct BDRVQcow2State {
     bool corrupt;               /* fail all I/O (the image is corrupt) */
     char *corrupt_reason;
 
+    /* The write guard (qcow2-guard.c), read-write only, fixed at open. */
+    uint8_t *guard;             /* bitmap: clusters whose refcount is below
+                                 * their references; NULL when none */
+    int64_t guard_clusters;     /* bits in @guard */
+    int64_t guard_beyond;       /* lowest cluster past the end of the file
+                                 * at open that is mapped, or INT64_MAX */
+
     Qcow2Backing *backing;      /* or NULL */
 
     /* Test instrumentation (atomics): data transfers in flight. */
@@ -392,6 +399,33 @@ static inline int64_t qcow2_file_end(const BDRVQcow2State *s)
     return MAX(s->file_size, s->alloc_end);
 }
 
+/* ---- qcow2-guard.c: the write guard ---- */
+
+/*
+ * Count every reference of the image opened for writing (header, refcount
+ * table and blocks, L1, L2 tables and what they map) and remember the
+ * host clusters whose refcount is below their references.  Reads every L2
+ * table and refcount block.  At open.
+ */
+bool qcow2_guard_build(BDRVQcow2State *s, GError **errp);
+
+/* Is host cluster @c one that must be neither reused nor written in place
+ * (a mapping uses it more often than its refcount says)? */
+static inline bool qcow2_guarded(const BDRVQcow2State *s, int64_t c)
+{
+    if (c >= s->guard_beyond) {
+        return true;
+    }
+    return s->guard && c < s->guard_clusters &&
+           (s->guard[c / 8] & (1 << (c % 8)));
+}
+
+/*
+ * 0 when host cluster @c is not guarded; else marks the image corrupt
+ * ("preventing @what cluster ...") and returns -EIO.  Lock held.
+ */
+int qcow2_guard_check(BDRVQcow2State *s, int64_t c, const char *what);
+
 /* ---- qcow2-file.c: file I/O and request bookkeeping ---- */
 
 /* Read exactly @bytes at @offset (metadata: a short read is -EIO). */
@@ -414,8 +448,10 @@ int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
 int qcow2_sync(BDRVQcow2State *s);
 
 /*
- * Is [@offset, @offset + @bytes) free of metadata?  If not, the image is
- * corrupt (a write would destroy metadata): signals it.  Lock held.
+ * Is [@offset, @offset + @bytes) free of metadata (header, L1, L2 tables,
+ * refcount table and blocks) and of guarded clusters (qcow2-guard.c)?  If
+ * not, the image is corrupt (a write would destroy metadata or another
+ * mapping's data): signals it.  Lock held.
  */
 int qcow2_check_overlap(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                         const char *what);

@@ -48,11 +48,14 @@ int qcow2_signal_corruption(BDRVQcow2State *s, const char *fmt, ...)
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
-    g_debug("qcow2 '%s' is corrupt: %s", s->filename, msg);
     if (!s->writable || s->corrupt) {
+        g_debug("qcow2 '%s' is corrupt: %s", s->filename, msg);
         g_free(msg);
         return -EIO;
     }
+    /* Once per image (then all I/O fails), as QEMU says it. */
+    g_warning("qcow2 '%s': marking the image as corrupt: %s; further "
+              "corruption events will be suppressed", s->filename, msg);
     s->corrupt = true;
     s->corrupt_reason = msg;
     s->header.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
@@ -221,6 +224,7 @@ BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
     g_queue_init(&s->allocs);
     g_queue_init(&s->io);
     s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2PendingFree));
+    s->guard_beyond = INT64_MAX;
 
     if (!qcow2_open_file(s, chain, errp) || !qcow2_load_header(s, errp)) {
         goto out_close;
@@ -232,6 +236,9 @@ BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
         goto out_close;
     }
     if (!qcow2_load_tables(s, errp) || !qcow2_backing_open(s, chain, errp)) {
+        goto out_close;
+    }
+    if (writable && !qcow2_guard_build(s, errp)) {
         goto out_close;
     }
     if (writable && !qcow2_clear_autoclear(s, errp)) {
@@ -272,6 +279,7 @@ void qcow2_state_close(BDRVQcow2State *s)
     g_free(s->l1_dirty);
     g_free(s->reftable);
     g_free(s->corrupt_reason);
+    g_free(s->guard);
     g_free(s->filename);
     g_mutex_clear(&s->lock);
     g_cond_clear(&s->cond);

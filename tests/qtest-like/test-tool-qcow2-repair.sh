@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# qcow2-lite images whose refcounts lie (issue 27.3), made by qemu-img and
+# damaged with python3/dd: a zeroed refcount table entry, a zeroed refcount
+# block.  Clusters that L2 tables still map then have refcount 0.
+#  - writes through `serve` (qemu-io as the NBD client) and `convert -n`
+#    never land on them: the write fails with EIO, the corrupt bit is set,
+#    one warning says why, and the guest data elsewhere is unchanged;
+#  - a corrupt-marked image is refused for writing (exit 2, the image and
+#    "corrupt" named) and still reads;
+#  - `check -r leaks|all` repairs what qemu-img check -r repairs: the
+#    repaired image passes qemu-img check and reads as before the damage.
+#
+# Layout of the images (qemu-img, 64 KiB clusters): header 0, refcount
+# table 0x10000, refcount block 0x20000, L1 0x30000, L2 0x40000, guest
+# data 2M at 0x50000 and 3M at 0x60000.
+#
+# Copyright (C) 2026 qemu-mirror authors
+# SPDX-License-Identifier: GPL-2.0-or-later
+
+_qcow2_lib=$(cd "$(dirname "${TEST_LIB:-$0}")" && pwd)/qcow2-lib.sh
+# shellcheck source=tests/qtest-like/lib.sh
+. "${TEST_LIB:-$(dirname "$0")/lib.sh}"
+requires qemu-img qemu-io python3 timeout cmp dd
+# shellcheck source=tests/qtest-like/qcow2-lib.sh
+. "$_qcow2_lib"
+
+# mk IMG: 4M with guest data at 2M (0x11) and 3M (0x22); IMG.orig a copy.
+mk()
+{
+    rm -f "$1"
+    q qemu-img create -f qcow2 "$1" 4M
+    qio "$1" 'write -P 0x11 2M 64k' 'write -P 0x22 3M 64k'
+    cp "$1" "$1.orig"
+}
+
+# damage IMG rt0|rb0: zero the refcount table entry 0 / the refcount block.
+damage()
+{
+    case $2 in
+        rt0) poke "$1" 0x10000 8 0 ;;
+        rb0) dd if=/dev/zero of="$1" bs=64K seek=2 count=1 conv=notrunc \
+                status=none || fail "dd into $1" ;;
+    esac
+}
+
+corrupt_bit()
+{
+    echo $(( ($(peek64 "$1" 72) >> 1) & 1 ))
+}
+
+# guest_kept IMG: guest data from 1M on reads as in IMG.orig (qemu-img).
+guest_kept()
+{
+    rm -f gk.now gk.orig
+    q qemu-img convert -f qcow2 -O raw "$1" gk.now
+    q qemu-img convert -f qcow2 -O raw "$1.orig" gk.orig
+    cmp -i 1048576 gk.orig gk.now >/dev/null ||
+        fail "$1: guest data outside the write changed"
+}
+
+# ---------------------------------------------------------------------
+# convert -n into a damaged image
+# ---------------------------------------------------------------------
+make_random_image w.raw 1M
+for kind in rt0 rb0; do
+    mk g.qcow2
+    damage g.qcow2 $kind
+    run $TMO "$T" convert -n -O qcow2 w.raw g.qcow2
+    [ "$last_rc" = 1 ] || fail "$kind: convert -n exit $last_rc"
+    stderr_has "Input/output error" "marking the image as corrupt" \
+        "which a mapping still uses"
+    [ "$(grep -c 'marking the image as corrupt' "$last_err")" = 1 ] ||
+        fail "$kind: the corruption is not reported exactly once"
+    [ "$(corrupt_bit g.qcow2)" = 1 ] || fail "$kind: corrupt bit not set"
+    run $TMO qemu-img info --output=json -f qcow2 g.qcow2
+    grep -q '"corrupt": true' "$last_out" ||
+        fail "$kind: qemu-img info does not see the corrupt bit"
+    guest_kept g.qcow2
+    ok "convert -n, $kind: EIO, corrupt bit set, other guest data kept"
+done
+
+# ---------------------------------------------------------------------
+# serve: a real NBD client writes into the export
+# ---------------------------------------------------------------------
+# serve_start NAME IMG: `mirror-tool serve` in the background until it
+# listens.
+serve_start()
+{
+    rm -f "$1.out" "$1.err" "$1.sock"
+    "$T" serve "unix:$PWD/$1.sock" "$2" >"$1.out" 2>"$1.err" &
+    serve_pid=$!
+    track_pid "$serve_pid"
+    wait_for 20 "mirror-tool serve to listen" grep -q '^serving on ' \
+        "$1.out"
+}
+
+serve_stop()
+{
+    kill -TERM "$serve_pid"
+    wait "$serve_pid"
+    untrack_pid "$serve_pid"
+}
+
+for kind in rt0 rb0; do
+    mk s.qcow2
+    damage s.qcow2 $kind
+    serve_start sv s.qcow2
+    uri="nbd+unix:///?socket=$PWD/sv.sock"
+    run $TMO qemu-io -f raw -c 'write -P 0x33 0 64k' "$uri"
+    grep -q "write failed: Input/output error" "$last_out" "$last_err" ||
+        fail "$kind: the NBD write did not fail with EIO"
+    run $TMO qemu-io -f raw -c 'write -P 0x44 1M 64k' "$uri"
+    grep -q "write failed: Input/output error" "$last_out" "$last_err" ||
+        fail "$kind: the second NBD write did not fail with EIO"
+    serve_stop
+    [ "$(grep -c 'marking the image as corrupt' sv.err)" = 1 ] ||
+        fail "$kind: serve did not report the corruption exactly once"
+    [ "$(corrupt_bit s.qcow2)" = 1 ] || fail "$kind: corrupt bit not set"
+    guest_kept s.qcow2
+    q qemu-io -f qcow2 -r -c 'read -P 0x11 2M 64k' -c 'read -P 0x22 3M 64k' \
+        s.qcow2
+    ok "serve, $kind: NBD writes fail with EIO, corrupt bit set, data kept"
+done
+
+# ---------------------------------------------------------------------
+# A corrupt-marked image: refused for writing, still read
+# ---------------------------------------------------------------------
+remember_sum s.qcow2
+expect_exit 2 "$T" serve "unix:$PWD/rw.sock" s.qcow2
+stderr_has "'s.qcow2'" "marked corrupt" "mirror-tool check -r all"
+expect_exit 2 "$T" convert -n -O qcow2 w.raw s.qcow2
+stderr_has "'s.qcow2'" "marked corrupt"
+assert_unchanged s.qcow2 "writes to a corrupt-marked image"
+rm -f ro.raw
+expect_ok "$T" convert s.qcow2 ro.raw
+cmp -i 1048576 ro.raw gk.orig >/dev/null || fail "read-only convert differs"
+assert_unchanged s.qcow2 "a read-only open"
+ok "a corrupt-marked image is refused for writing (exit 2), still read"
