@@ -594,6 +594,32 @@ int qcow2_backing_status(Qcow2Backing *b, int64_t offset, int64_t bytes,
 void qcow2_extent_append(GArray *out, int64_t offset, int64_t length,
                          unsigned flags, int depth, int64_t host);
 
+/* ---- qcow2-check.c, qcow2-repair.c ---- */
+
+typedef struct Qcow2CheckResult Qcow2CheckResult;
+
+/* What a check counted, per host cluster of the file. */
+typedef struct Qcow2Counts {
+    int64_t nb;                 /* host clusters */
+    uint32_t *refs;             /* references found (g_free) */
+    uint32_t *rc;               /* refcounts on disk (g_free) */
+} Qcow2Counts;
+
+/*
+ * qcow2_check() on the layer @s; with @counts non-NULL, also hands over
+ * the references and refcounts it counted.
+ */
+bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
+                       Qcow2Counts *counts, GError **errp);
+
+/*
+ * Open @filename (its top layer only, without the backing file) for a
+ * repair: read-write when @writable, where the dirty and corrupt bits are
+ * no reason to refuse and no write guard is built.  Blocking.
+ */
+BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
+                                        GError **errp);
+
 /* ---- qcow2-create.c ---- */
 
 typedef struct Qcow2CreateParams {

@@ -208,9 +208,23 @@ static bool qcow2_clear_autoclear(BDRVQcow2State *s, GError **errp)
     return true;
 }
 
-BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
-                                 int depth, GHashTable *chain,
-                                 GError **errp)
+/* Why @h may not be written (NULL when it may); @repair: the dirty and
+ * corrupt bits are what a repair is for. */
+static const char *qcow2_open_refusal(const Qcow2Header *h, bool repair)
+{
+    Qcow2Header copy = *h;      /* shallow: only the bits change */
+
+    if (repair) {
+        copy.incompatible_features &= ~(QCOW2_INCOMPAT_DIRTY |
+                                        QCOW2_INCOMPAT_CORRUPT);
+    }
+    return qcow2_header_rw_refusal(&copy);
+}
+
+static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
+                                             bool writable, bool repair,
+                                             int depth, GHashTable *chain,
+                                             GError **errp)
 {
     BDRVQcow2State *s = g_new0(BDRVQcow2State, 1);
     const char *refusal;
@@ -229,16 +243,19 @@ BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
     if (!qcow2_open_file(s, chain, errp) || !qcow2_load_header(s, errp)) {
         goto out_close;
     }
-    refusal = writable ? qcow2_header_rw_refusal(&s->header) : NULL;
+    refusal = writable ? qcow2_open_refusal(&s->header, repair) : NULL;
     if (refusal) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "read-write access refused: %s", refusal);
         goto out_close;
     }
-    if (!qcow2_load_tables(s, errp) || !qcow2_backing_open(s, chain, errp)) {
+    if (!qcow2_load_tables(s, errp)) {
         goto out_close;
     }
-    if (writable && !qcow2_guard_build(s, errp)) {
+    if (!repair && !qcow2_backing_open(s, chain, errp)) {
+        goto out_close;
+    }
+    if (writable && !repair && !qcow2_guard_build(s, errp)) {
         goto out_close;
     }
     if (writable && !qcow2_clear_autoclear(s, errp)) {
@@ -250,6 +267,24 @@ out_close:
     s->writable = false;        /* nothing to flush */
     qcow2_state_close(s);
     return NULL;
+}
+
+BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
+                                 int depth, GHashTable *chain,
+                                 GError **errp)
+{
+    return qcow2_state_open_mode(filename, writable, false, depth, chain,
+                                 errp);
+}
+
+BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
+                                        GError **errp)
+{
+    g_autoptr(GHashTable) chain = g_hash_table_new_full(g_str_hash,
+                                                        g_str_equal,
+                                                        g_free, NULL);
+
+    return qcow2_state_open_mode(filename, writable, true, 0, chain, errp);
 }
 
 void qcow2_state_close(BDRVQcow2State *s)

@@ -136,3 +136,97 @@ expect_ok "$T" convert s.qcow2 ro.raw
 cmp -i 1048576 ro.raw gk.orig >/dev/null || fail "read-only convert differs"
 assert_unchanged s.qcow2 "a read-only open"
 ok "a corrupt-marked image is refused for writing (exit 2), still read"
+
+# ---------------------------------------------------------------------
+# check -r leaks|all
+# ---------------------------------------------------------------------
+# repaired IMG: qemu-img check passes, the guest data is what it was
+# before the damage (IMG.orig), the corrupt bit is clear.
+repaired()
+{
+    run $TMO qemu-img check -f qcow2 "$1"
+    [ "$last_rc" = 0 ] || fail "$1: qemu-img check exit $last_rc after repair"
+    grep -q "No errors were found on the image." "$last_out" ||
+        fail "$1: qemu-img check finds problems after the repair"
+    run $TMO qemu-img compare -f qcow2 -F qcow2 "$1.orig" "$1"
+    [ "$last_rc" = 0 ] || fail "$1: guest data changed by the repair"
+    [ "$(corrupt_bit "$1")" = 0 ] || fail "$1: corrupt bit still set"
+    expect_ok "$T" check "$1"
+}
+
+# The image serve marked corrupt (zeroed refcount block): check alone
+# changes nothing; -r leaks cannot repair corruptions; -r all does.
+remember_sum s.qcow2
+expect_exit 2 "$T" check s.qcow2
+expect_exit 2 "$T" check -r leaks s.qcow2
+stderr_has "ERROR cluster 5 refcount=0 reference=1"
+assert_unchanged s.qcow2 "check -r leaks of an image without leaks"
+[ "$(corrupt_bit s.qcow2)" = 1 ] || fail "-r leaks cleared the corrupt bit"
+expect_ok "$T" check -r all s.qcow2
+grep -q "The following inconsistencies were found and repaired:" \
+    "$last_out" || fail "-r all: no repair summary"
+grep -q "Double checking the fixed image now..." "$last_out" ||
+    fail "-r all: no second check"
+grep -q "No errors were found on the image." "$last_out" ||
+    fail "-r all: the second check is not clean"
+repaired s.qcow2
+ok "check -r all repairs a zeroed refcount block, clears the corrupt bit"
+
+# Writable again: a write lands where it should, the rest is kept.
+expect_ok "$T" convert -n -O qcow2 w.raw s.qcow2
+verify_head()
+{
+    rm -f vh.now
+    q qemu-img convert -f qcow2 -O raw "$1" vh.now
+    cmp -n 1048576 w.raw vh.now >/dev/null || fail "$1: written data differs"
+}
+verify_head s.qcow2
+guest_kept s.qcow2
+run $TMO qemu-img check -f qcow2 s.qcow2
+[ "$last_rc" = 0 ] || fail "s.qcow2: qemu-img check after writing"
+ok "a repaired image is written correctly again"
+
+# Refcount table entry 0 zeroed (and the corrupt bit set): no refcount
+# block to fix in place, the refcount structure is rebuilt.
+mk g.qcow2
+damage g.qcow2 rt0
+poke g.qcow2 72 8 2
+expect_ok "$T" check --output=json -r all g.qcow2
+stderr_has "Rebuilt the refcount structure"
+python3 -c "
+import json; d = json.load(open('$last_out'))
+assert d['corruptions-fixed'] > 0 and 'corruptions' not in d, d" ||
+    fail "check -r all --output=json"
+repaired g.qcow2
+expect_ok "$T" convert -n -O qcow2 w.raw g.qcow2
+verify_head g.qcow2
+guest_kept g.qcow2
+ok "check -r all rebuilds refcounts after a zeroed refcount table entry"
+
+# One refcount too low (data cluster 5 at 0): repaired in place.
+mk p.qcow2
+poke p.qcow2 $((0x20000 + 10)) 2 0
+expect_exit 2 "$T" check p.qcow2
+expect_ok "$T" check -r all p.qcow2
+grep -q "Rebuilt" "$last_err" && fail "-r all rebuilt for one refcount"
+repaired p.qcow2
+ok "check -r all fixes one refcount in place"
+
+# A leaked cluster (past the data, refcount 1, no reference).
+mk l.qcow2
+truncate -s $((10 * 65536)) l.qcow2
+poke l.qcow2 $((0x20000 + 18)) 2 1
+run $TMO qemu-img check -f qcow2 l.qcow2
+[ "$last_rc" = 3 ] || fail "qemu-img check does not see the leak"
+expect_exit 3 "$T" check l.qcow2
+expect_ok "$T" check -r leaks l.qcow2
+grep -q "    1 leaked clusters" "$last_out" || fail "-r leaks: no count"
+repaired l.qcow2
+ok "check -r leaks frees a leaked cluster"
+
+# Bad -r values are refused before the image is touched.
+remember_sum l.qcow2
+expect_exit 1 "$T" check -r bogus l.qcow2
+stderr_has "-r 'bogus'"
+assert_unchanged l.qcow2 "check -r bogus"
+ok "check -r with a bad value: exit 1, nothing changed"
