@@ -29,14 +29,46 @@
 
 #include <inttypes.h>
 
-/* Reference counting at open: a bit per host cluster of the file, a count
- * for the few referenced more than once (compressed packing). */
+/* The bitmaps are sparse: chunks of 2^15 clusters (4 KiB of bits), made
+ * when a cluster in them is referenced, so that a huge sparse file costs
+ * only what its tables reference. */
+#define QCOW2_GUARD_CHUNK_BITS  15
+#define QCOW2_GUARD_CHUNK_BYTES ((1 << QCOW2_GUARD_CHUNK_BITS) / 8)
+
+/* Reference counting at open: a bit per referenced host cluster of the
+ * file, a count for the few referenced more than once (compressed
+ * packing). */
 typedef struct Qcow2GuardScan {
     BDRVQcow2State *s;
     int64_t nb;                 /* host clusters of the file */
-    uint8_t *seen;              /* referenced at least once */
-    GHashTable *multi;          /* cluster -> references (>= 2) */
+    GHashTable *seen;           /* chunk -> bitmap: referenced */
+    GHashTable *multi;          /* cluster -> references beyond the first */
 } Qcow2GuardScan;
+
+static GHashTable *qcow2_guard_map_new(void)
+{
+    return g_hash_table_new_full(NULL, NULL, NULL, g_free);
+}
+
+static uint8_t *qcow2_guard_chunk(GHashTable *map, int64_t c, bool create)
+{
+    gpointer key = GSIZE_TO_POINTER(c >> QCOW2_GUARD_CHUNK_BITS);
+    uint8_t *chunk = g_hash_table_lookup(map, key);
+
+    if (!chunk && create) {
+        chunk = g_malloc0(QCOW2_GUARD_CHUNK_BYTES);
+        g_hash_table_insert(map, key, chunk);
+    }
+    return chunk;
+}
+
+bool qcow2_guard_test(const BDRVQcow2State *s, int64_t c)
+{
+    uint8_t *chunk = qcow2_guard_chunk(s->guard, c, false);
+    int64_t bit = c & ((1 << QCOW2_GUARD_CHUNK_BITS) - 1);
+
+    return chunk && (chunk[bit / 8] & (1 << (bit % 8)));
+}
 
 static void qcow2_guard_ref(Qcow2GuardScan *g, uint64_t off, uint64_t len)
 {
@@ -46,7 +78,9 @@ static void qcow2_guard_ref(Qcow2GuardScan *g, uint64_t off, uint64_t len)
         return;
     }
     for (uint64_t c = off >> cb; c <= (off + len - 1) >> cb; c++) {
+        int64_t bit = c & ((1 << QCOW2_GUARD_CHUNK_BITS) - 1);
         gpointer key = GSIZE_TO_POINTER(c);
+        uint8_t *chunk;
 
         if (c >= (uint64_t)g->nb) {
             /* Mapped past the end of the file: whatever the allocator
@@ -54,8 +88,9 @@ static void qcow2_guard_ref(Qcow2GuardScan *g, uint64_t off, uint64_t len)
             g->s->guard_beyond = MIN(g->s->guard_beyond, (int64_t)c);
             return;
         }
-        if (!(g->seen[c / 8] & (1 << (c % 8)))) {
-            g->seen[c / 8] |= 1 << (c % 8);
+        chunk = qcow2_guard_chunk(g->seen, c, true);
+        if (!(chunk[bit / 8] & (1 << (bit % 8)))) {
+            chunk[bit / 8] |= 1 << (bit % 8);
         } else {
             g_hash_table_insert(g->multi, key, GSIZE_TO_POINTER(
                 GPOINTER_TO_SIZE(g_hash_table_lookup(g->multi, key)) + 1));
@@ -65,7 +100,6 @@ static void qcow2_guard_ref(Qcow2GuardScan *g, uint64_t off, uint64_t len)
 
 static uint64_t qcow2_guard_refs(Qcow2GuardScan *g, int64_t c)
 {
-    /* multi holds the references beyond the first */
     return 1 + GPOINTER_TO_SIZE(g_hash_table_lookup(g->multi,
                                                     GSIZE_TO_POINTER(c)));
 }
@@ -104,38 +138,63 @@ static int qcow2_guard_l2(Qcow2GuardScan *g, uint64_t l2_off, uint8_t *buf)
 }
 
 /* Keep the bits of the clusters whose refcount is below their
- * references; clear the others.  Returns how many stay, or -errno. */
+ * references; clear the others, drop chunks left empty.  Returns how many
+ * stay, or -errno. */
 static int64_t qcow2_guard_compare(Qcow2GuardScan *g, uint8_t *buf)
 {
     BDRVQcow2State *s = g->s;
     int64_t per_rb = INT64_C(1) << s->refblock_bits;
+    int64_t chunk_clusters = 1 << QCOW2_GUARD_CHUNK_BITS;
+    g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(int64_t));
+    GHashTableIter it;
+    gpointer key;
     int64_t kept = 0;
+    int64_t loaded = -1;        /* the refcount block range in @buf */
 
-    for (int64_t first = 0; first < g->nb; first += per_rb) {
-        int64_t r = first / per_rb;
-        bool have = r < s->reftable_size && s->reftable[r];
-        int64_t end = MIN(first + per_rb, g->nb);
+    g_hash_table_iter_init(&it, g->seen);
+    while (g_hash_table_iter_next(&it, &key, NULL)) {
+        int64_t k = GPOINTER_TO_SIZE(key);
 
-        if (have) {
-            int ret = qcow2_pread(s, s->reftable[r], buf, s->cluster_size);
+        g_array_append_val(keys, k);
+    }
+    for (guint n = 0; n < keys->len; n++) {
+        int64_t k = g_array_index(keys, int64_t, n);
+        uint8_t *chunk = qcow2_guard_chunk(g->seen, k * chunk_clusters,
+                                           false);
+        int64_t end = MIN((k + 1) * chunk_clusters, g->nb);
+        bool any = false;
 
-            if (ret < 0) {
-                return ret;
-            }
-        }
-        for (int64_t c = first; c < end; c++) {
-            uint64_t rc;
+        for (int64_t c = k * chunk_clusters; c < end; c++) {
+            int64_t bit = c - k * chunk_clusters;
+            int64_t r = c / per_rb;
+            bool have = r < s->reftable_size && s->reftable[r];
+            uint64_t rc = 0;
 
-            if (!(g->seen[c / 8] & (1 << (c % 8)))) {
+            if (!(chunk[bit / 8] & (1 << (bit % 8)))) {
                 continue;
             }
-            rc = have ? qcow2_refblock_get(buf, s->header.refcount_order,
-                                           c - first) : 0;
+            if (have && loaded != r) {
+                int ret = qcow2_pread(s, s->reftable[r], buf,
+                                      s->cluster_size);
+
+                if (ret < 0) {
+                    return ret;
+                }
+                loaded = r;
+            }
+            if (have) {
+                rc = qcow2_refblock_get(buf, s->header.refcount_order,
+                                        c - r * per_rb);
+            }
             if (rc >= qcow2_guard_refs(g, c)) {
-                g->seen[c / 8] &= ~(1 << (c % 8));
+                chunk[bit / 8] &= ~(1 << (bit % 8));
             } else {
                 kept++;
+                any = true;
             }
+        }
+        if (!any) {
+            g_hash_table_remove(g->seen, GSIZE_TO_POINTER(k));
         }
     }
     return kept;
@@ -150,7 +209,7 @@ bool qcow2_guard_build(BDRVQcow2State *s, GError **errp)
 
     s->guard_beyond = INT64_MAX;
     g.nb = DIV_ROUND_UP(s->file_size, s->cluster_size);
-    g.seen = g_malloc0(g.nb / 8 + 1);
+    g.seen = qcow2_guard_map_new();
     g.multi = g_hash_table_new(NULL, NULL);
 
     qcow2_guard_ref(&g, 0, s->cluster_size);
@@ -175,7 +234,7 @@ bool qcow2_guard_build(BDRVQcow2State *s, GError **errp)
     }
     g_hash_table_destroy(g.multi);
     if (ret < 0) {
-        g_free(g.seen);
+        g_hash_table_destroy(g.seen);
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "Could not read the mapping tables: %s",
                     g_strerror(-ret));
@@ -183,11 +242,10 @@ bool qcow2_guard_build(BDRVQcow2State *s, GError **errp)
     }
     if (kept) {
         s->guard = g.seen;
-        s->guard_clusters = g.nb;
         g_debug("qcow2 '%s': %" PRId64 " clusters are used more often "
                 "than their refcounts say", s->filename, kept);
     } else {
-        g_free(g.seen);
+        g_hash_table_destroy(g.seen);
     }
     return true;
 }

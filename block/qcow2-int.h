@@ -325,9 +325,9 @@ struct BDRVQcow2State {
     char *corrupt_reason;
 
     /* The write guard (qcow2-guard.c), read-write only, fixed at open. */
-    uint8_t *guard;             /* bitmap: clusters whose refcount is below
-                                 * their references; NULL when none */
-    int64_t guard_clusters;     /* bits in @guard */
+    GHashTable *guard;          /* sparse bitmap of the clusters whose
+                                 * refcount is below their references;
+                                 * NULL when there is none */
     int64_t guard_beyond;       /* lowest cluster past the end of the file
                                  * at open that is mapped, or INT64_MAX */
 
@@ -409,6 +409,9 @@ static inline int64_t qcow2_file_end(const BDRVQcow2State *s)
  */
 bool qcow2_guard_build(BDRVQcow2State *s, GError **errp);
 
+/* The bit of host cluster @c in s->guard (which is not NULL). */
+bool qcow2_guard_test(const BDRVQcow2State *s, int64_t c);
+
 /* Is host cluster @c one that must be neither reused nor written in place
  * (a mapping uses it more often than its refcount says)? */
 static inline bool qcow2_guarded(const BDRVQcow2State *s, int64_t c)
@@ -416,8 +419,7 @@ static inline bool qcow2_guarded(const BDRVQcow2State *s, int64_t c)
     if (c >= s->guard_beyond) {
         return true;
     }
-    return s->guard && c < s->guard_clusters &&
-           (s->guard[c / 8] & (1 << (c % 8)));
+    return s->guard && qcow2_guard_test(s, c);
 }
 
 /*

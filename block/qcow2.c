@@ -314,7 +314,9 @@ void qcow2_state_close(BDRVQcow2State *s)
     g_free(s->l1_dirty);
     g_free(s->reftable);
     g_free(s->corrupt_reason);
-    g_free(s->guard);
+    if (s->guard) {
+        g_hash_table_destroy(s->guard);
+    }
     g_free(s->filename);
     g_mutex_clear(&s->lock);
     g_cond_clear(&s->cond);

@@ -439,6 +439,42 @@ static void test_write_guard(void)
         g_unlink(path);
     }
 
+    /* 512-byte clusters and 20 MiB of data: the guarded clusters span
+     * several chunks of the guard's sparse bitmap.  The whole refcount
+     * table is zeroed. */
+    {
+        g_autofree char *path = q_make_image(dir, "s.qcow2", 32 * Q_MIB, 9,
+                                             NULL, NULL, false);
+        g_autofree uint8_t *big = g_malloc(20 * Q_MIB);
+        g_autofree uint8_t *got = g_malloc(20 * Q_MIB);
+        g_autofree uint8_t *rtz = NULL;
+        BlockDriverState *bs = q_open(path, BDRV_O_RDWR);
+        uint64_t rt, rtc;
+
+        test_fill_pattern(big, 0, 20 * Q_MIB, 2);
+        g_assert_cmpint(test_pwrite(bs, 0, 20 * Q_MIB, big), ==, 0);
+        bdrv_unref(bs);
+        rt = q_peek_be64(path, 48);
+        rtc = q_peek_be64(path, 56) >> 32;
+        rtz = g_malloc0(rtc * 512);
+        q_poke(path, rt, rtz, rtc * 512);
+        bs = q_open(path, BDRV_O_RDWR);
+        memset(buf, 0x5a, 512);
+        expect_corrupt_warning();
+        g_assert_cmpint(test_pwrite(bs, 24 * Q_MIB, 512, buf), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        bs = q_open(path, 0);
+        g_assert_cmpint(test_pread(bs, 0, 20 * Q_MIB, got), ==, 0);
+        g_assert_true(memcmp(got, big, 20 * Q_MIB) == 0);
+        g_assert_cmpint(test_pread(bs, 24 * Q_MIB, 512, got), ==, 0);
+        g_assert_true(buffer_is_zero(got, 512));
+        bdrv_unref(bs);
+        g_unlink(path);
+    }
+
     /* Guest clusters 0 and 1 both map DATA_OFF, whose refcount is 1. */
     {
         g_autofree char *path = make_with_data(dir, "d.qcow2");
