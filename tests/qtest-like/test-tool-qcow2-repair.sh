@@ -224,6 +224,38 @@ grep -q "    1 leaked clusters" "$last_out" || fail "-r leaks: no count"
 repaired l.qcow2
 ok "check -r leaks frees a leaked cluster"
 
+# Compressed clusters (several per host cluster) with a zeroed refcount
+# block.
+python3 - <<'PY' || fail "cannot write cz.raw"
+import os
+with open("cz.raw", "wb") as f:
+    for i in range(64):
+        f.write((bytes([i]) * 1000 + os.urandom(100)) * 60)
+PY
+q qemu-img convert -c -f raw -O qcow2 cz.raw cz.qcow2
+cp cz.qcow2 cz.qcow2.orig
+damage cz.qcow2 rb0
+expect_exit 2 "$T" check cz.qcow2
+expect_ok "$T" check -r all cz.qcow2
+repaired cz.qcow2
+ok "check -r all repairs the refcounts of packed compressed clusters"
+
+# The dirty bit left by a crash with lazy refcounts.
+rm -f dz.qcow2
+q qemu-img create -f qcow2 -o lazy_refcounts=on dz.qcow2 1M
+run bash -c "ulimit -c 0; $TMO qemu-io -f qcow2 -c 'write -P 7 0 64k' \
+    -c abort dz.qcow2; true"
+[ "$(( $(peek64 dz.qcow2 72) & 1 ))" = 1 ] ||
+    fail "qemu-io abort did not leave the dirty bit"
+expect_exit 2 "$T" convert -n -O qcow2 w.raw dz.qcow2
+stderr_has "marked dirty" "mirror-tool check -r all"
+expect_ok "$T" check -r all dz.qcow2
+[ "$(( $(peek64 dz.qcow2 72) & 3 ))" = 0 ] || fail "dirty bit still set"
+run $TMO qemu-img check -f qcow2 dz.qcow2
+[ "$last_rc" = 0 ] || fail "dz.qcow2: qemu-img check exit $last_rc"
+q qemu-io -f qcow2 -r -c 'read -P 7 0 64k' dz.qcow2
+ok "check -r all repairs a dirty image and clears the dirty bit"
+
 # Bad -r values are refused before the image is touched.
 remember_sum l.qcow2
 expect_exit 1 "$T" check -r bogus l.qcow2
