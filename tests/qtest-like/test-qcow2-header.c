@@ -475,6 +475,26 @@ static void test_write_guard(void)
         g_unlink(path);
     }
 
+    /* A dirty L2 table is only written back where the metadata map has
+     * an L2 table (white box: no image can make the two disagree). */
+    {
+        g_autofree char *path = make_with_data(dir, "m.qcow2");
+        BlockDriverState *bs = q_open(path, BDRV_O_RDWR);
+        BDRVQcow2State *st = ((Qcow2Node *)bs->opaque)->s;
+
+        memset(buf, 0x5a, 512);
+        g_assert_cmpint(test_pwrite(bs, CS, 512, buf), ==, 0);
+        g_hash_table_remove(st->meta, GSIZE_TO_POINTER(L2_OFF / CS));
+        expect_corrupt_warning();
+        g_assert_cmpint(test_flush(bs), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        g_assert_cmphex(q_peek_be64(path, L2_OFF + 8), ==, 0);
+        g_unlink(path);
+    }
+
     /* Guest clusters 0 and 1 both map DATA_OFF, whose refcount is 1. */
     {
         g_autofree char *path = make_with_data(dir, "d.qcow2");
