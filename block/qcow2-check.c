@@ -395,6 +395,8 @@ bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
     c.refs = g_new0(uint32_t, MAX(c.nb, 1));
     c.rc = g_new0(uint32_t, MAX(c.nb, 1));
     res->total_clusters = DIV_ROUND_UP(s->size, s->cluster_size);
+    res->marked = s->header.incompatible_features &
+                  (QCOW2_INCOMPAT_DIRTY | QCOW2_INCOMPAT_CORRUPT);
 
     qcow2_check_ref(&c, 0, s->cluster_size, "header");
     qcow2_check_ref(&c, s->reftable_offset,

@@ -31,6 +31,7 @@ typedef struct Qcow2CheckResult {
     int64_t allocated_clusters; /* guest clusters with data */
     int64_t fragmented_clusters;
     int64_t compressed_clusters;
+    bool marked;                /* the header's dirty or corrupt bit is set */
     GPtrArray *messages;        /* one line per problem, as qemu-img
                                  * prints them on stderr */
 } Qcow2CheckResult;

@@ -201,17 +201,19 @@ int cmd_check(int argc, char **argv)
                    argv[1], bdrv_get_format_name(bs));
         return CHECK_EXIT_UNSUPPORTED;
     }
-    if (fix >= 0) {
-        /* The repair opens the image itself, read-write. */
-        filename = g_strdup(bdrv_get_filename(bs));
-        g_clear_pointer(&bs, bdrv_unref);
-        return check_repair(filename, fix == 0 ? QCOW2_FIX_LEAKS
-                                               : QCOW2_FIX_ALL, json);
-    }
     if (!qcow2_check(bs, &r, &err)) {
         tool_error("%s", err->message);
         qcow2_check_result_clear(&r);
         return TOOL_EXIT_FAILURE;
+    }
+    if (fix >= 0 && (r.leaks || r.corruptions || r.marked)) {
+        /* The repair opens the image itself, read-write, and checks it
+         * again: this check only said whether there is work. */
+        qcow2_check_result_clear(&r);
+        filename = g_strdup(bdrv_get_filename(bs));
+        g_clear_pointer(&bs, bdrv_unref);
+        return check_repair(filename, fix == 0 ? QCOW2_FIX_LEAKS
+                                               : QCOW2_FIX_ALL, json);
     }
     check_print_messages(&r);
     if (json) {
