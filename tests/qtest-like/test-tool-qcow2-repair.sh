@@ -256,6 +256,17 @@ run $TMO qemu-img check -f qcow2 dz.qcow2
 q qemu-io -f qcow2 -r -c 'read -P 7 0 64k' dz.qcow2
 ok "check -r all repairs a dirty image and clears the dirty bit"
 
+# Nothing to repair: only checked, even where a repair could not write.
+rm -f sn.qcow2
+q qemu-img create -f qcow2 sn.qcow2 1M
+q qemu-img snapshot -c s1 sn.qcow2
+remember_sum sn.qcow2
+expect_ok "$T" check -r all sn.qcow2
+grep -q "No errors were found on the image." "$last_out" ||
+    fail "check -r all of a clean image"
+assert_unchanged sn.qcow2 "check -r all of a clean image"
+ok "check -r all of a clean image (with snapshots): exit 0, unchanged"
+
 # Bad -r values are refused before the image is touched.
 remember_sum l.qcow2
 expect_exit 1 "$T" check -r bogus l.qcow2
