@@ -11,13 +11,15 @@
  * writing, every reference (header, refcount table and blocks, L1, L2
  * tables and the clusters their entries map) is counted once and compared
  * with the refcounts; the clusters whose refcount is below their
- * references are remembered in a bitmap.  From then on, handing out such a
+ * references are remembered in a sparse bitmap, and so is every cluster
+ * mapped past the end of the file.  From then on, handing out such a
  * cluster or writing guest data in place into one marks the image corrupt
  * and fails the request with EIO (qcow2-refcount.c, qcow2-file.c).
  *
  * The cost is one read of every L2 table and refcount block at open
  * (nothing for a new image), and one bitmap lookup per cluster that the
- * allocator considers.  A consistent image keeps no bitmap.  The guard is
+ * allocator considers when there is a bitmap: a consistent image keeps
+ * none.  The guard is
  * never cleared: a guarded cluster stays unusable for the rest of the
  * session even if all its references go (the image is inconsistent; `check
  * -r all` repairs it).
