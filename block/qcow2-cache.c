@@ -25,6 +25,7 @@
 #include "block/qcow2-int.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <unistd.h>
 
 struct Qcow2Cache {
@@ -69,12 +70,23 @@ void qcow2_cache_free(Qcow2Cache *c)
     g_free(c);
 }
 
-/* Write one dirty table back, in order (L2 tables after the barrier). */
+/* Write one dirty table back, in order (L2 tables after the barrier),
+ * only where the metadata map has a table of its kind (QEMU's overlap
+ * check of metadata writes). */
 static int qcow2_cache_write(BDRVQcow2State *s, Qcow2Cache *c,
                              Qcow2CacheEntry *e)
 {
+    Qcow2MetaType want = c->is_l2 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK;
+    Qcow2MetaType t = GPOINTER_TO_INT(g_hash_table_lookup(s->meta,
+                          GSIZE_TO_POINTER(e->offset >> s->cluster_bits)));
     int ret;
 
+    if (t != want) {
+        return qcow2_signal_corruption(s, "preventing invalid write of %s "
+                                       "at 0x%" PRIx64 " (it is %s there)",
+                                       qcow2_meta_name(want), e->offset,
+                                       qcow2_meta_name(t));
+    }
     if (c->is_l2) {
         ret = qcow2_l2_barrier(s);
         if (ret < 0) {

@@ -368,10 +368,9 @@ void qcow2_check_result_clear(Qcow2CheckResult *res)
     memset(res, 0, sizeof(*res));
 }
 
-bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
-                 GError **errp)
+bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
+                       Qcow2Counts *counts, GError **errp)
 {
-    BDRVQcow2State *s = ((Qcow2Node *)bs->opaque)->s;
     Qcow2Check c = { .s = s, .res = res };
     int ret;
 
@@ -380,7 +379,7 @@ bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
     ret = qcow2_do_flush(s);
     if (ret < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
-                    "Could not flush '%s': %s", bs->filename,
+                    "Could not flush '%s': %s", s->filename,
                     g_strerror(-ret));
         return false;
     }
@@ -390,12 +389,14 @@ bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
     if (c.nb > QCOW2_CHECK_MAX_CLUSTERS) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'%s' is too large to check (%" PRId64 " clusters)",
-                    bs->filename, c.nb);
+                    s->filename, c.nb);
         return false;
     }
     c.refs = g_new0(uint32_t, MAX(c.nb, 1));
     c.rc = g_new0(uint32_t, MAX(c.nb, 1));
     res->total_clusters = DIV_ROUND_UP(s->size, s->cluster_size);
+    res->marked = s->header.incompatible_features &
+                  (QCOW2_INCOMPAT_DIRTY | QCOW2_INCOMPAT_CORRUPT);
 
     qcow2_check_ref(&c, 0, s->cluster_size, "header");
     qcow2_check_ref(&c, s->reftable_offset,
@@ -413,7 +414,18 @@ bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
     qcow2_check_read_refcounts(&c);
     qcow2_check_compare(&c);
     qcow2_check_flags(&c);
+    if (counts) {
+        counts->nb = c.nb;
+        counts->refs = g_steal_pointer(&c.refs);
+        counts->rc = g_steal_pointer(&c.rc);
+    }
     g_free(c.refs);
     g_free(c.rc);
     return true;
+}
+
+bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
+                 GError **errp)
+{
+    return qcow2_check_state(((Qcow2Node *)bs->opaque)->s, res, NULL, errp);
 }

@@ -243,6 +243,11 @@ int qcow2_check_overlap(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                                                GPOINTER_TO_INT(t)),
                                            c << s->cluster_bits);
         }
+        if (qcow2_guarded(s, c)) {
+            g_autofree char *on = g_strdup_printf("a write of %s on", what);
+
+            return qcow2_guard_check(s, c, on);
+        }
     }
     return 0;
 }

@@ -361,12 +361,13 @@ bool qcow2_header_parse(const uint8_t *buf, size_t len, Qcow2Header *h,
 const char *qcow2_header_rw_refusal(const Qcow2Header *h)
 {
     if (h->incompatible_features & QCOW2_INCOMPAT_CORRUPT) {
-        return "the image is marked corrupt (repair it with 'qemu-img "
-               "check -r all')";
+        return "the image is marked corrupt (repair it with 'mirror-tool "
+               "check -r all' or 'qemu-img check -r all')";
     }
     if (h->incompatible_features & QCOW2_INCOMPAT_DIRTY) {
         return "the image is marked dirty: its refcounts may be stale "
-               "(repair it with 'qemu-img check -r all')";
+               "(repair it with 'mirror-tool check -r all' or 'qemu-img "
+               "check -r all')";
     }
     if (h->version < 3) {
         return "writing qcow2 version 2 (compat=0.10) images is not "

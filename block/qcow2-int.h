@@ -324,6 +324,13 @@ struct BDRVQcow2State {
     bool corrupt;               /* fail all I/O (the image is corrupt) */
     char *corrupt_reason;
 
+    /* The write guard (qcow2-guard.c), read-write only, fixed at open. */
+    GHashTable *guard;          /* sparse bitmap of the clusters whose
+                                 * refcount is below their references;
+                                 * NULL when there is none */
+    int64_t guard_beyond;       /* lowest cluster past the end of the file
+                                 * at open that is mapped, or INT64_MAX */
+
     Qcow2Backing *backing;      /* or NULL */
 
     /* Test instrumentation (atomics): data transfers in flight. */
@@ -392,6 +399,35 @@ static inline int64_t qcow2_file_end(const BDRVQcow2State *s)
     return MAX(s->file_size, s->alloc_end);
 }
 
+/* ---- qcow2-guard.c: the write guard ---- */
+
+/*
+ * Count every reference of the image opened for writing (header, refcount
+ * table and blocks, L1, L2 tables and what they map) and remember the
+ * host clusters whose refcount is below their references.  Reads every L2
+ * table and refcount block.  At open.
+ */
+bool qcow2_guard_build(BDRVQcow2State *s, GError **errp);
+
+/* The bit of host cluster @c in s->guard (which is not NULL). */
+bool qcow2_guard_test(const BDRVQcow2State *s, int64_t c);
+
+/* Is host cluster @c one that must be neither reused nor written in place
+ * (a mapping uses it more often than its refcount says)? */
+static inline bool qcow2_guarded(const BDRVQcow2State *s, int64_t c)
+{
+    if (c >= s->guard_beyond) {
+        return true;
+    }
+    return s->guard && qcow2_guard_test(s, c);
+}
+
+/*
+ * 0 when host cluster @c is not guarded; else marks the image corrupt
+ * ("preventing @what cluster ...") and returns -EIO.  Lock held.
+ */
+int qcow2_guard_check(BDRVQcow2State *s, int64_t c, const char *what);
+
 /* ---- qcow2-file.c: file I/O and request bookkeeping ---- */
 
 /* Read exactly @bytes at @offset (metadata: a short read is -EIO). */
@@ -414,8 +450,10 @@ int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
 int qcow2_sync(BDRVQcow2State *s);
 
 /*
- * Is [@offset, @offset + @bytes) free of metadata?  If not, the image is
- * corrupt (a write would destroy metadata): signals it.  Lock held.
+ * Is [@offset, @offset + @bytes) free of metadata (header, L1, L2 tables,
+ * refcount table and blocks) and of guarded clusters (qcow2-guard.c)?  If
+ * not, the image is corrupt (a write would destroy metadata or another
+ * mapping's data): signals it.  Lock held.
  */
 int qcow2_check_overlap(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                         const char *what);
@@ -557,6 +595,32 @@ int qcow2_backing_status(Qcow2Backing *b, int64_t offset, int64_t bytes,
 /* Append an extent, merging it into the last one when it continues it. */
 void qcow2_extent_append(GArray *out, int64_t offset, int64_t length,
                          unsigned flags, int depth, int64_t host);
+
+/* ---- qcow2-check.c, qcow2-repair.c ---- */
+
+typedef struct Qcow2CheckResult Qcow2CheckResult;
+
+/* What a check counted, per host cluster of the file. */
+typedef struct Qcow2Counts {
+    int64_t nb;                 /* host clusters */
+    uint32_t *refs;             /* references found (g_free) */
+    uint32_t *rc;               /* refcounts on disk (g_free) */
+} Qcow2Counts;
+
+/*
+ * qcow2_check() on the layer @s; with @counts non-NULL, also hands over
+ * the references and refcounts it counted.
+ */
+bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
+                       Qcow2Counts *counts, GError **errp);
+
+/*
+ * Open @filename (its top layer only, without the backing file) for a
+ * repair: read-write when @writable, where the dirty and corrupt bits are
+ * no reason to refuse and no write guard is built.  Blocking.
+ */
+BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
+                                        GError **errp);
 
 /* ---- qcow2-create.c ---- */
 

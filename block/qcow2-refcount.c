@@ -119,6 +119,10 @@ static int qcow2_refblock_alloc(BDRVQcow2State *s, int64_t rt)
         return qcow2_signal_corruption(s, "no room for refcount block %"
                                        PRId64, rt);
     }
+    ret = qcow2_guard_check(s, b, "a refcount block on");
+    if (ret < 0) {
+        return ret;
+    }
     buf = g_malloc0(s->cluster_size);
     qcow2_put_be16(buf + (b - first) * 2, 1);
     ret = qcow2_pwrite(s, b * s->cluster_size, buf, s->cluster_size);
@@ -151,7 +155,11 @@ static int qcow2_cluster_free(BDRVQcow2State *s, int64_t c, bool *free)
         return 0;
     }
     ret = qcow2_get_refcount(s, c, &rc);
-    *free = rc == 0;
+    *free = ret == 0 && rc == 0;
+    if (*free) {
+        ret = qcow2_guard_check(s, c, "the reuse of");
+        *free = ret == 0;
+    }
     return ret;
 }
 

@@ -48,11 +48,14 @@ int qcow2_signal_corruption(BDRVQcow2State *s, const char *fmt, ...)
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
-    g_debug("qcow2 '%s' is corrupt: %s", s->filename, msg);
     if (!s->writable || s->corrupt) {
+        g_debug("qcow2 '%s' is corrupt: %s", s->filename, msg);
         g_free(msg);
         return -EIO;
     }
+    /* Once per image (then all I/O fails), as QEMU says it. */
+    g_warning("qcow2 '%s': marking the image as corrupt: %s; further "
+              "corruption events will be suppressed", s->filename, msg);
     s->corrupt = true;
     s->corrupt_reason = msg;
     s->header.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
@@ -205,9 +208,23 @@ static bool qcow2_clear_autoclear(BDRVQcow2State *s, GError **errp)
     return true;
 }
 
-BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
-                                 int depth, GHashTable *chain,
-                                 GError **errp)
+/* Why @h may not be written (NULL when it may); @repair: the dirty and
+ * corrupt bits are what a repair is for. */
+static const char *qcow2_open_refusal(const Qcow2Header *h, bool repair)
+{
+    Qcow2Header copy = *h;      /* shallow: only the bits change */
+
+    if (repair) {
+        copy.incompatible_features &= ~(QCOW2_INCOMPAT_DIRTY |
+                                        QCOW2_INCOMPAT_CORRUPT);
+    }
+    return qcow2_header_rw_refusal(&copy);
+}
+
+static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
+                                             bool writable, bool repair,
+                                             int depth, GHashTable *chain,
+                                             GError **errp)
 {
     BDRVQcow2State *s = g_new0(BDRVQcow2State, 1);
     const char *refusal;
@@ -221,17 +238,24 @@ BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
     g_queue_init(&s->allocs);
     g_queue_init(&s->io);
     s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2PendingFree));
+    s->guard_beyond = INT64_MAX;
 
     if (!qcow2_open_file(s, chain, errp) || !qcow2_load_header(s, errp)) {
         goto out_close;
     }
-    refusal = writable ? qcow2_header_rw_refusal(&s->header) : NULL;
+    refusal = writable ? qcow2_open_refusal(&s->header, repair) : NULL;
     if (refusal) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "read-write access refused: %s", refusal);
         goto out_close;
     }
-    if (!qcow2_load_tables(s, errp) || !qcow2_backing_open(s, chain, errp)) {
+    if (!qcow2_load_tables(s, errp)) {
+        goto out_close;
+    }
+    if (!repair && !qcow2_backing_open(s, chain, errp)) {
+        goto out_close;
+    }
+    if (writable && !repair && !qcow2_guard_build(s, errp)) {
         goto out_close;
     }
     if (writable && !qcow2_clear_autoclear(s, errp)) {
@@ -243,6 +267,24 @@ out_close:
     s->writable = false;        /* nothing to flush */
     qcow2_state_close(s);
     return NULL;
+}
+
+BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
+                                 int depth, GHashTable *chain,
+                                 GError **errp)
+{
+    return qcow2_state_open_mode(filename, writable, false, depth, chain,
+                                 errp);
+}
+
+BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
+                                        GError **errp)
+{
+    g_autoptr(GHashTable) chain = g_hash_table_new_full(g_str_hash,
+                                                        g_str_equal,
+                                                        g_free, NULL);
+
+    return qcow2_state_open_mode(filename, writable, true, 0, chain, errp);
 }
 
 void qcow2_state_close(BDRVQcow2State *s)
@@ -272,6 +314,9 @@ void qcow2_state_close(BDRVQcow2State *s)
     g_free(s->l1_dirty);
     g_free(s->reftable);
     g_free(s->corrupt_reason);
+    if (s->guard) {
+        g_hash_table_destroy(s->guard);
+    }
     g_free(s->filename);
     g_mutex_clear(&s->lock);
     g_cond_clear(&s->cond);
@@ -285,11 +330,16 @@ static BDRVQcow2State *qcow2_state(BlockDriverState *bs)
     return ((Qcow2Node *)bs->opaque)->s;
 }
 
+/*
+ * The magic alone claims the file, whatever the version: an unsupported
+ * version is then refused by the open ("Unsupported qcow2 version 4", as
+ * qemu-img says), not probed as raw and copied as its container bytes.
+ * (QEMU's qcow driver takes version 1; we have none, so qcow2 refuses it.)
+ */
 static int qcow2_probe(const uint8_t *buf, int buf_size,
                        const char *filename)
 {
-    if (buf_size >= 8 && qcow2_be32(buf) == QCOW2_MAGIC &&
-        (qcow2_be32(buf + 4) == 2 || qcow2_be32(buf + 4) == 3)) {
+    if (buf_size >= 8 && qcow2_be32(buf) == QCOW2_MAGIC) {
         return 100;
     }
     return 0;

@@ -31,6 +31,7 @@ typedef struct Qcow2CheckResult {
     int64_t allocated_clusters; /* guest clusters with data */
     int64_t fragmented_clusters;
     int64_t compressed_clusters;
+    bool marked;                /* the header's dirty or corrupt bit is set */
     GPtrArray *messages;        /* one line per problem, as qemu-img
                                  * prints them on stderr */
 } Qcow2CheckResult;
@@ -46,6 +47,34 @@ void qcow2_check_result_clear(Qcow2CheckResult *res);
  */
 bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
                  GError **errp);
+
+/* What a repair may change, as qemu-img check -r leaks|all. */
+typedef enum Qcow2Fix {
+    QCOW2_FIX_LEAKS,            /* refcounts above the references */
+    QCOW2_FIX_ALL,              /* also those below, and COPIED flags */
+} Qcow2Fix;
+
+typedef struct Qcow2RepairResult {
+    Qcow2CheckResult before;    /* the check before the repair */
+    Qcow2CheckResult after;     /* the check of the repaired image */
+    int64_t leaks_fixed;
+    int64_t corruptions_fixed;
+    bool rebuilt;               /* the refcount structure was made anew */
+    bool marked_consistent;     /* the corrupt or dirty bit was cleared */
+} Qcow2RepairResult;
+
+void qcow2_repair_result_clear(Qcow2RepairResult *res);
+
+/*
+ * Check the qcow2 image @filename and repair what @fix allows (see
+ * block/qcow2-repair.c), then check it again from a fresh open; when that
+ * finds no corruption, clear the corrupt and dirty bits.  Nothing else
+ * may have the image open.  Returns false with @errp set if the image
+ * could not be opened, checked or written (it may then be partly
+ * repaired: every step leaves it consistent or as it was).  Blocking.
+ */
+bool qcow2_repair(const char *filename, Qcow2Fix fix,
+                  Qcow2RepairResult *res, GError **errp);
 
 /* Counters for tests. */
 typedef struct Qcow2Stats {

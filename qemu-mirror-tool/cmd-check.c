@@ -1,14 +1,15 @@
 /*
- * mirror-tool check: look for leaks and corruptions in a qcow2 image,
- * read-only, and report them like qemu-img check.
+ * mirror-tool check: look for leaks and corruptions in a qcow2 image and
+ * report them like qemu-img check; with -r, repair them as qemu-img check
+ * -r does (block/qcow2-repair.c), then check again.
  *
- *   mirror-tool check [-f FMT] [--output=human|json] IMG
+ *   mirror-tool check [-f FMT] [--output=human|json] [-r leaks|all] IMG
  *
  * Exit codes are qemu-img check's (not the other commands'): 0 no
  * problem, 1 the check could not run (bad usage, the image cannot be
  * opened, read errors), 2 corruptions, 3 leaked clusters only, 63 the
- * format cannot be checked (raw).  Problems go to stderr, one per line;
- * the summary to stdout.
+ * format cannot be checked (raw); after a repair, those of the second
+ * check.  Problems go to stderr, one per line; the summary to stdout.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -64,8 +65,10 @@ static void check_add_nonzero(JsonBuilder *b, const char *key, int64_t v)
     }
 }
 
+/* @rep: the repair, or NULL. */
 static void check_print_json(const char *filename,
-                             const Qcow2CheckResult *r)
+                             const Qcow2CheckResult *r,
+                             const Qcow2RepairResult *rep)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
 
@@ -74,6 +77,10 @@ static void check_print_json(const char *filename,
     json_builder_add_int_value(b, r->image_end_offset);
     json_builder_set_member_name(b, "total-clusters");
     json_builder_add_int_value(b, r->total_clusters);
+    if (rep) {
+        check_add_nonzero(b, "leaks-fixed", rep->leaks_fixed);
+        check_add_nonzero(b, "corruptions-fixed", rep->corruptions_fixed);
+    }
     json_builder_set_member_name(b, "check-errors");
     json_builder_add_int_value(b, r->check_errors);
     check_add_nonzero(b, "leaks", r->leaks);
@@ -89,14 +96,72 @@ static void check_print_json(const char *filename,
     tool_print_json(json_builder_get_root(b), true);
 }
 
+static void check_print_messages(const Qcow2CheckResult *r)
+{
+    for (guint i = 0; i < r->messages->len; i++) {
+        fprintf(stderr, "%s\n", (char *)g_ptr_array_index(r->messages, i));
+    }
+}
+
+static int check_exit_code(const Qcow2CheckResult *r)
+{
+    return r->check_errors ? TOOL_EXIT_FAILURE
+           : r->corruptions ? CHECK_EXIT_CORRUPT
+           : r->leaks ? CHECK_EXIT_LEAKS : TOOL_EXIT_OK;
+}
+
+/* check -r: repair @filename (closed) and report like qemu-img. */
+static int check_repair(const char *filename, Qcow2Fix fix, bool json)
+{
+    g_autoptr(GError) err = NULL;
+    Qcow2RepairResult rep;
+    int ret;
+
+    if (!qcow2_repair(filename, fix, &rep, &err)) {
+        if (rep.before.messages) {
+            check_print_messages(&rep.before);
+        }
+        tool_error("%s", err->message);
+        qcow2_repair_result_clear(&rep);
+        return TOOL_EXIT_FAILURE;
+    }
+    check_print_messages(&rep.before);
+    if (rep.rebuilt) {
+        fprintf(stderr, "Rebuilt the refcount structure\n");
+    }
+    if (rep.marked_consistent) {
+        fprintf(stderr, "Cleared the corrupt and dirty bits\n");
+    }
+    if (!json && (rep.leaks_fixed || rep.corruptions_fixed)) {
+        printf("The following inconsistencies were found and repaired:\n\n"
+               "    %" G_GINT64_FORMAT " leaked clusters\n"
+               "    %" G_GINT64_FORMAT " corruptions\n\n"
+               "Double checking the fixed image now...\n",
+               rep.leaks_fixed, rep.corruptions_fixed);
+    }
+    check_print_messages(&rep.after);
+    if (json) {
+        check_print_json(filename, &rep.after, &rep);
+    } else {
+        check_print_human(&rep.after);
+    }
+    ret = check_exit_code(&rep.after);
+    qcow2_repair_result_clear(&rep);
+    return ret;
+}
+
 int cmd_check(int argc, char **argv)
 {
+    static const char *const fixes[] = { "leaks", "all", NULL };
     g_autofree char *format = NULL;
     g_autofree char *output = NULL;
+    g_autofree char *repair = NULL;
+    g_autofree char *filename = NULL;
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     Qcow2CheckResult r = { 0 };
+    int fix = -1;
     bool json;
     int ret;
     GOptionEntry entries[] = {
@@ -104,17 +169,22 @@ int cmd_check(int argc, char **argv)
           "image format (default: probe)", "FMT" },
         { "output", 0, 0, G_OPTION_ARG_STRING, &output,
           "output format: human (default) or json", "FMT" },
+        { "repair", 'r', 0, G_OPTION_ARG_STRING, &repair,
+          "repair leaked clusters (leaks) or also corruptions (all), as "
+          "qemu-img check -r", "leaks|all" },
         { NULL },
     };
 
     ctx = g_option_context_new("IMG");
     g_option_context_set_summary(ctx,
-        "Check a qcow2 image for leaked clusters and corruptions, without\n"
-        "changing it.  Exit codes as qemu-img check: 0 clean, 1 check\n"
-        "failed, 2 corruptions, 3 leaks only, 63 format not checkable.");
+        "Check a qcow2 image for leaked clusters and corruptions; without\n"
+        "-r the image is not changed.  Exit codes as qemu-img check: 0\n"
+        "clean, 1 check failed, 2 corruptions, 3 leaks only, 63 format not\n"
+        "checkable; after -r, those of the check of the repaired image.");
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_parse_output_format(output, &json) ||
+        (repair && !tool_parse_choice("-r", repair, fixes, &fix)) ||
         !tool_expect_args("check", argc, 1, "one image")) {
         return TOOL_EXIT_FAILURE;
     }
@@ -136,17 +206,22 @@ int cmd_check(int argc, char **argv)
         qcow2_check_result_clear(&r);
         return TOOL_EXIT_FAILURE;
     }
-    for (guint i = 0; i < r.messages->len; i++) {
-        fprintf(stderr, "%s\n", (char *)g_ptr_array_index(r.messages, i));
+    if (fix >= 0 && (r.leaks || r.corruptions || r.marked)) {
+        /* The repair opens the image itself, read-write, and checks it
+         * again: this check only said whether there is work. */
+        qcow2_check_result_clear(&r);
+        filename = g_strdup(bdrv_get_filename(bs));
+        g_clear_pointer(&bs, bdrv_unref);
+        return check_repair(filename, fix == 0 ? QCOW2_FIX_LEAKS
+                                               : QCOW2_FIX_ALL, json);
     }
+    check_print_messages(&r);
     if (json) {
-        check_print_json(bdrv_get_filename(bs), &r);
+        check_print_json(bdrv_get_filename(bs), &r, NULL);
     } else {
         check_print_human(&r);
     }
-    ret = r.check_errors ? TOOL_EXIT_FAILURE
-          : r.corruptions ? CHECK_EXIT_CORRUPT
-          : r.leaks ? CHECK_EXIT_LEAKS : TOOL_EXIT_OK;
+    ret = check_exit_code(&r);
     qcow2_check_result_clear(&r);
     return ret;
 }

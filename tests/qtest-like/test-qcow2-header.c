@@ -86,6 +86,13 @@ static char *make_with_data(const char *dir, const char *name)
     return path;
 }
 
+/* The next write marks the image corrupt: the driver warns once. */
+static void expect_corrupt_warning(void)
+{
+    g_test_expect_message("mirror-block", G_LOG_LEVEL_WARNING,
+                          "*marking the image as corrupt*");
+}
+
 /* Header fields: each poke is refused (read-only too, unless flags say
  * read-write only) without touching the file. */
 static void test_header_pokes(void)
@@ -306,8 +313,10 @@ static void test_data_path(void)
     g_assert_cmpint(test_pread(bs, 0, 512, buf), ==, -EIO);
     bdrv_unref(bs);
     bs = q_open(path, BDRV_O_RDWR);
+    expect_corrupt_warning();
     g_assert_cmpint(test_pwrite(bs, 0, 512, buf), ==, -EIO);
     g_assert_cmpint(test_pwrite(bs, 2 * CS, 512, buf), ==, -EIO);
+    g_test_assert_expected_messages();
     bdrv_unref(bs);
     g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=, 0);
     q_open_refused(path, BDRV_O_RDWR, "marked corrupt");
@@ -321,7 +330,9 @@ static void test_data_path(void)
     bs = q_open(path, BDRV_O_RDWR);
     g_assert_cmpint(test_pread(bs, 0, 512, buf), ==, 0);
     g_assert_cmphex(qcow2_be64(buf), ==, RB_OFF);
+    expect_corrupt_warning();
     g_assert_cmpint(test_pwrite(bs, 0, 512, want), ==, -EIO);
+    g_test_assert_expected_messages();
     bdrv_unref(bs);
     g_assert_cmphex(q_peek_be64(path, RT_OFF), ==, RB_OFF);
     g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=, 0);
@@ -375,24 +386,135 @@ static void test_data_path(void)
     g_unlink(path);
     g_free(path);
 
-    /* A zeroed refcount block: writes still never land on metadata. */
-    path = make_with_data(dir, "z.qcow2");
-    {
-        g_autofree uint8_t *zero = g_malloc0(CS);
+    test_scratch_free(g_steal_pointer(&dir));
+}
 
-        q_poke(path, RB_OFF, zero, CS);
+/*
+ * Refcounts below the references (issue 27.3): a zeroed refcount block or
+ * refcount table entry made the allocator hand out the cluster that guest
+ * cluster 0 maps, and a write elsewhere overwrote its data.  Now the write
+ * fails with EIO, the corrupt bit is set, and guest cluster 0 reads as
+ * before.  A cluster that two L2 entries map with refcount 1 is not
+ * written in place.
+ */
+static void test_write_guard(void)
+{
+    g_autofree char *dir = test_scratch_new();
+    g_autofree uint8_t *buf = g_malloc(CS);
+    g_autofree uint8_t *want = g_malloc(CS);
+    g_autofree uint8_t *zero = g_malloc0(CS);
+    static const struct {
+        const char *what;
+        int64_t offset;
+        int64_t len;
+    } damage[] = {
+        { "zeroed refcount block", RB_OFF, CS },
+        { "refcount table entry 0", RT_OFF, 8 },
+    };
+
+    test_fill_pattern(want, 0, CS, 1);
+    for (size_t d = 0; d < G_N_ELEMENTS(damage); d++) {
+        g_autofree char *path = make_with_data(dir, "z.qcow2");
+        BlockDriverState *bs;
+
+        g_test_message("%s", damage[d].what);
+        q_poke(path, damage[d].offset, zero, damage[d].len);
+        bs = q_open(path, BDRV_O_RDWR);
+        memset(buf, 0x5a, CS);
+        expect_corrupt_warning();
+        g_assert_cmpint(test_pwrite(bs, 1 * CS, CS, buf), ==, -EIO);
+        g_assert_cmpint(test_pwrite(bs, 2 * CS, CS, buf), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        g_assert_cmphex(q_peek_be64(path, L1_OFF), ==,
+                        L2_OFF | QCOW_OFLAG_COPIED);
+        g_assert_cmphex(q_peek_be64(path, L2_OFF + 8), ==, 0);
+        bs = q_open(path, 0);
+        g_assert_cmpint(test_pread(bs, 0, CS, buf), ==, 0);
+        g_assert_cmpmem(buf, CS, want, CS);
+        bdrv_unref(bs);
+        q_open_refused(path, BDRV_O_RDWR, "marked corrupt");
+        g_unlink(path);
     }
-    bs = q_open(path, BDRV_O_RDWR);
-    for (int i = 1; i < 8; i++) {
-        g_assert_cmpint(test_pwrite(bs, i * CS, CS, want), ==, 0);
+
+    /* 512-byte clusters and 20 MiB of data: the guarded clusters span
+     * several chunks of the guard's sparse bitmap.  The whole refcount
+     * table is zeroed. */
+    {
+        g_autofree char *path = q_make_image(dir, "s.qcow2", 32 * Q_MIB, 9,
+                                             NULL, NULL, false);
+        g_autofree uint8_t *big = g_malloc(20 * Q_MIB);
+        g_autofree uint8_t *got = g_malloc(20 * Q_MIB);
+        g_autofree uint8_t *rtz = NULL;
+        BlockDriverState *bs = q_open(path, BDRV_O_RDWR);
+        uint64_t rt, rtc;
+
+        test_fill_pattern(big, 0, 20 * Q_MIB, 2);
+        g_assert_cmpint(test_pwrite(bs, 0, 20 * Q_MIB, big), ==, 0);
+        bdrv_unref(bs);
+        rt = q_peek_be64(path, 48);
+        rtc = q_peek_be64(path, 56) >> 32;
+        rtz = g_malloc0(rtc * 512);
+        q_poke(path, rt, rtz, rtc * 512);
+        bs = q_open(path, BDRV_O_RDWR);
+        memset(buf, 0x5a, 512);
+        expect_corrupt_warning();
+        g_assert_cmpint(test_pwrite(bs, 24 * Q_MIB, 512, buf), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        bs = q_open(path, 0);
+        g_assert_cmpint(test_pread(bs, 0, 20 * Q_MIB, got), ==, 0);
+        g_assert_true(memcmp(got, big, 20 * Q_MIB) == 0);
+        g_assert_cmpint(test_pread(bs, 24 * Q_MIB, 512, got), ==, 0);
+        g_assert_true(buffer_is_zero(got, 512));
+        bdrv_unref(bs);
+        g_unlink(path);
     }
-    bdrv_unref(bs);
-    g_assert_cmphex(q_peek_be64(path, RT_OFF), ==, RB_OFF);
-    g_assert_cmphex(q_peek_be64(path, L1_OFF), ==,
-                    L2_OFF | QCOW_OFLAG_COPIED);
-    bdrv_unref(q_open(path, 0));
-    g_unlink(path);
-    g_free(path);
+
+    /* A dirty L2 table is only written back where the metadata map has
+     * an L2 table (white box: no image can make the two disagree). */
+    {
+        g_autofree char *path = make_with_data(dir, "m.qcow2");
+        BlockDriverState *bs = q_open(path, BDRV_O_RDWR);
+        BDRVQcow2State *st = ((Qcow2Node *)bs->opaque)->s;
+
+        memset(buf, 0x5a, 512);
+        g_assert_cmpint(test_pwrite(bs, CS, 512, buf), ==, 0);
+        g_hash_table_remove(st->meta, GSIZE_TO_POINTER(L2_OFF / CS));
+        expect_corrupt_warning();
+        g_assert_cmpint(test_flush(bs), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        g_assert_cmphex(q_peek_be64(path, L2_OFF + 8), ==, 0);
+        g_unlink(path);
+    }
+
+    /* Guest clusters 0 and 1 both map DATA_OFF, whose refcount is 1. */
+    {
+        g_autofree char *path = make_with_data(dir, "d.qcow2");
+        BlockDriverState *bs;
+
+        q_poke_be64(path, L2_OFF + 8, DATA_OFF | QCOW_OFLAG_COPIED);
+        bs = q_open(path, BDRV_O_RDWR);
+        memset(buf, 0x5a, 512);
+        expect_corrupt_warning();
+        g_assert_cmpint(test_pwrite(bs, CS, 512, buf), ==, -EIO);
+        g_test_assert_expected_messages();
+        bdrv_unref(bs);
+        g_assert_cmphex(q_peek_be64(path, 72) & QCOW2_INCOMPAT_CORRUPT, !=,
+                        0);
+        bs = q_open(path, 0);
+        g_assert_cmpint(test_pread(bs, 0, CS, buf), ==, 0);
+        g_assert_cmpmem(buf, CS, want, CS);
+        bdrv_unref(bs);
+        g_unlink(path);
+    }
     test_scratch_free(g_steal_pointer(&dir));
 }
 
@@ -471,6 +593,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/header/truncated", test_header_truncated);
     g_test_add_func("/qcow2/header/backing", test_backing);
     g_test_add_func("/qcow2/corrupt/data-path", test_data_path);
+    g_test_add_func("/qcow2/corrupt/write-guard", test_write_guard);
     g_test_add_func("/qcow2/corrupt/compressed-max-sectors",
                     test_compressed_max_sectors);
     g_test_add_func("/qcow2/corrupt/check-budget", test_check_budget);

@@ -148,6 +148,24 @@ corrupt "L1 entry beyond EOF" "beyond the end" 0x30000 8 0x8000000010000000
 corrupt "L1 entry = L1 table" "Overlapping metadata" 0x30000 8 0x8000000000030000
 corrupt "L1 entry = refcount table" "Overlapping metadata" 0x30000 8 0x10000
 
+# Versions other than 2 and 3, probed (no -f): the qcow2 magic claims the
+# file and the open refuses it as qemu-img does; it is never copied as raw.
+for v in 1 4 0xffffffff; do
+    fresh
+    poke c.qcow2 4 4 "$v"
+    remember_sum c.qcow2
+    rm -f vc.raw
+    expect_exit 2 "$T" convert c.qcow2 vc.raw
+    stderr_has "Unsupported qcow2 version $((v))"
+    assert_absent vc.raw "convert of a version $((v)) image"
+    expect_exit 2 "$T" info c.qcow2
+    stderr_has "Unsupported qcow2 version $((v))"
+    expect_exit 2 "$T" serve "unix:$PWD/vc.sock" c.qcow2
+    stderr_has "Unsupported qcow2 version $((v))"
+    assert_unchanged c.qcow2 "version $((v))"
+done
+ok "qcow2 versions 1, 4, 2^32-1 probed: refused with exit 2, nothing written"
+
 # A backing file name longer than 1023 bytes, and loops.
 rm -f bl.qcow2
 q qemu-img create -f qcow2 -u -b base.raw -F raw bl.qcow2 1M
