@@ -343,6 +343,7 @@ static void nbdsrv_cmd_submit(NbdClient *c, NbdRequest *req)
         /* Submitted by nbdsrv_cmd_payload_done() */
         req->buf = bdrv_blockalign(bs, h->len);
         c->payload_req = req;
+        c->payload_since_us = g_get_monotonic_time();
         c->rstate = NBDR_PAYLOAD;
         break;
     case NBD_CMD_TRIM:
@@ -398,6 +399,7 @@ bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h)
         } else if (h->type == NBD_CMD_WRITE && h->len) {
             c->skip_left = h->len;
             c->skip_then = NBDSKIP_REQ_HEADER;
+            c->payload_since_us = g_get_monotonic_time();
             c->rstate = NBDR_SKIP;
         }
         return true;
