@@ -141,11 +141,18 @@ s = transmission()
 request(s, CMD_WRITE, 0, MiB, cookie=11, payload=b"\xee" * 1000)
 s.close()
 
-# 200 connections at once, half of them greeted, then all closed.
+# 200 connections at once, half of them greeted, then all closed.  Those
+# beyond the server's connection limit (--shared) are closed at once.
 many = [conn() for _ in range(200)]
+greeted = 0
 for i, c in enumerate(many):
     if i % 2:
-        read(c, 18)
+        try:
+            read(c, 18)
+            greeted += 1
+        except (EOFError, ConnectionResetError):
+            pass
+assert greeted > 0
 for c in many:
     c.close()
 
