@@ -561,6 +561,9 @@ void nbdsrv_client_unref(NbdClient *c)
     g_assert(c->closed && !c->in_flight && !c->payload_req);
     g_queue_unlink(&srv->clients, &c->link);
     g_free(c);
+    if (!srv->freed) {
+        nbdsrv_update_listen(srv);  /* its buffers are free */
+    }
     if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
         /* We may be inside a block layer completion: release the node
          * from the main loop. */
@@ -606,6 +609,9 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     c->rstate = NBDR_STOPPED;
     srv->live_clients--;
     nbdsrv_resume_global(srv);  /* its guarantee is free again */
+    if (!srv->freed) {
+        nbdsrv_update_listen(srv);
+    }
     if (c->payload_req) {
         /* A WRITE whose payload never fully arrived: never submitted. */
         NbdRequest *req = c->payload_req;

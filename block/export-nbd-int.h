@@ -300,6 +300,10 @@ void nbdsrv_source_clear(GSource **src);
 /* Release the server: no client is left. */
 void nbdsrv_finalize(NbdServer *srv);
 
+/* Accept connections only while there is room for one more (a slot and
+ * its guarantee); call when either may have changed. */
+void nbdsrv_update_listen(NbdServer *srv);
+
 /* The byte budget: MAX(budget_base, max_clients x CLIENT_MIN_BYTES). */
 uint64_t nbdsrv_budget(NbdServer *srv);
 

@@ -62,15 +62,36 @@ void nbdsrv_source_clear(GSource **src)
 static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
                                  gpointer opaque);
 
+/* Room for one more connection: a slot (--shared) and its guarantee
+ * (requests of closed connections may still hold buffers). */
+static bool nbdsrv_has_room(NbdServer *srv)
+{
+    return srv->live_clients < srv->max_clients &&
+           srv->committed + NBDSRV_CLIENT_MIN_BYTES <= nbdsrv_budget(srv);
+}
+
+void nbdsrv_update_listen(NbdServer *srv)
+{
+    bool want = srv->listen_fd >= 0 && !srv->accept_retry_src &&
+                nbdsrv_has_room(srv);
+
+    if (!want && srv->listen_src && !srv->accept_retry_src) {
+        srv->stats.full++;
+    }
+    if (want && !srv->listen_src) {
+        srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
+                                          nbdsrv_accept_cb, srv);
+    } else if (!want) {
+        nbdsrv_source_clear(&srv->listen_src);
+    }
+}
+
 static gboolean nbdsrv_accept_retry_cb(gpointer opaque)
 {
     NbdServer *srv = opaque;
 
     nbdsrv_source_clear(&srv->accept_retry_src);
-    if (srv->listen_fd >= 0 && !srv->listen_src) {
-        srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
-                                          nbdsrv_accept_cb, srv);
-    }
+    nbdsrv_update_listen(srv);
     return G_SOURCE_REMOVE;
 }
 
@@ -80,9 +101,17 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
     NbdServer *srv = opaque;
 
     for (int i = 0; i < NBDSRV_ACCEPT_BATCH; i++) {
-        int cfd = accept4(srv->listen_fd, NULL, NULL,
-                          SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int cfd;
         int one = 1;
+
+        if (!nbdsrv_has_room(srv)) {
+            /* Like qemu-nbd: the rest wait in the listen backlog until a
+             * connection ends. */
+            nbdsrv_update_listen(srv);
+            return G_SOURCE_CONTINUE;
+        }
+        cfd = accept4(srv->listen_fd, NULL, NULL,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (cfd < 0 && (errno == EINTR || errno == ECONNABORTED ||
                         errno == EPROTO)) {
@@ -99,14 +128,6 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
         }
         if (cfd < 0) {
             break;
-        }
-        if (srv->live_clients >= srv->max_clients ||
-            srv->committed + NBDSRV_CLIENT_MIN_BYTES > nbdsrv_budget(srv)) {
-            /* No slot, or no room for its guarantee (closed connections'
-             * requests still hold buffers). */
-            close(cfd);
-            srv->stats.refused++;
-            continue;
         }
         if (srv->port >= 0) {
             setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -372,8 +393,7 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
         srv->addr = g_strdup(addr);
     }
     nbdsrv_set_limits(srv);
-    srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
-                                      nbdsrv_accept_cb, srv);
+    nbdsrv_update_listen(srv);
     nbdsrv_start_tick(srv);
     return g_steal_pointer(&srv);
 }
@@ -499,11 +519,13 @@ void nbdsrv_set_shared(NbdServer *srv, unsigned shared)
 {
     g_assert(shared >= 1 && shared <= NBDSRV_MAX_SHARED);
     srv->max_clients = shared;
+    nbdsrv_update_listen(srv);
 }
 
 void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes)
 {
     srv->budget_base = bytes;
+    nbdsrv_update_listen(srv);
 }
 
 const char *nbdsrv_get_address(NbdServer *srv)

@@ -53,9 +53,9 @@ typedef struct NbdServer NbdServer;
 /* Counters since nbdsrv_new(), for tests and diagnostics. */
 typedef struct NbdServerStats {
     uint64_t accepted;          /* connections accepted */
-    uint64_t refused;           /* closed at once: too many connections
-                                 * (--shared) or no budget left for the
-                                 * new one's guarantee */
+    uint64_t full;              /* times accepting stopped for lack of
+                                 * room: --shared connections are open, or
+                                 * the budget has no guarantee left */
     uint64_t protocol_errors;   /* connections dropped for breaking the
                                  * protocol (bad magic, flags, framing) */
     uint64_t timeouts;          /* dropped by the handshake, stall or
@@ -154,8 +154,9 @@ void nbdsrv_set_payload_timeout(NbdServer *srv, int64_t payload_ms);
 
 /*
  * Serve at most @shared connections at once (1..NBDSRV_MAX_SHARED, default
- * NBDSRV_DEFAULT_SHARED); more are closed as soon as they are accepted.
- * Connections already open stay.  Raising it above 31 raises the byte
+ * NBDSRV_DEFAULT_SHARED).  At the limit the server stops accepting, as
+ * qemu-nbd does: new connections wait in the listen backlog until one
+ * ends.  Connections already open stay.  Raising it above 31 raises the byte
  * budget to @shared x 33 MiB (see export-nbd-int.h).
  */
 void nbdsrv_set_shared(NbdServer *srv, unsigned shared);

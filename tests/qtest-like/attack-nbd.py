@@ -12,10 +12,11 @@
 #   attack-nbd.py option-flood SOCKET URI IMAGE PID
 #       4 connections send 250,000 NBD_OPT_LIST each without reading the
 #       replies; nbdinfo is answered meanwhile, and the server (PID) grows
-#       by less than 8 MiB (it was 6 MiB per connection).
+#       by less than 8 MiB (it was 6 MiB per connection; not checked when
+#       the server runs under AddressSanitizer).
 #   attack-nbd.py shared SOCKET URI IMAGE PID
-#       The server runs with --shared 2: a third connection is closed at
-#       once, and once one of the two leaves, a new one is served.
+#       The server runs with --shared 2: a third connection waits (in the
+#       listen backlog) until one of the two leaves, then it is served.
 #
 # Every socket operation gives up after 30 s, every client run after
 # 60 s: a starved client fails the test, it never hangs it.  Exits 0 when
@@ -150,7 +151,10 @@ elif kind == "option-flood":
         floods.append(s)
     run("nbdinfo", "--size", uri)
     grown = rss_kib() - before
-    assert grown < 8 * 1024, "the server grew by %d KiB" % grown
+    # Under AddressSanitizer the RSS says little (quarantine, shadow): the
+    # bound is checked there by test-export-nbd-attack's option-flood.
+    if "libasan" not in open("/proc/%s/maps" % pid).read():
+        assert grown < 8 * 1024, "the server grew by %d KiB" % grown
     for s in floods:
         s.close()
     run("nbdinfo", "--size", uri)
@@ -159,20 +163,14 @@ elif kind == "shared":
     b = conn()
     read(b, 18)
     c = conn()
-    assert closed(c), "a third connection was served"
+    # c waits in the listen backlog: no greeting while a and b are served
+    # (a negative check: a server that greets it does so at once).
+    assert not select.select([c], [], [], 1)[0], "a third was served"
     b.close()
-    # Once the server saw b go, a new connection is served.
-    for _ in range(300):
-        d = conn()
-        try:
-            read(d, 18)
-            break
-        except (EOFError, ConnectionResetError):
-            d.close()
-            select.select([], [], [], 0.05)
-    else:
-        raise AssertionError("no room after a client left")
-    d.close()
+    greet(c)        # served once b left
+    c.sendall(struct.pack(">QII", OPTS, 1, 0))
+    read(c, 10)
+    c.close()
     a.close()
 else:
     sys.exit("unknown attack '%s'" % kind)

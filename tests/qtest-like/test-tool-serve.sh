@@ -325,7 +325,7 @@ expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" shared \
     "$scratch/sh.sock" "nbd+unix:///?socket=$scratch/sh.sock" atk.raw \
     "$pid_sh"
 stop_serve sh TERM
-ok "--shared 2: a third connection is closed at once, served once one left"
+ok "--shared 2: a third connection waits until one left, then is served"
 
 # start --export on a free TCP port says where it listens.
 make_sparse_image st-src.raw 8M 0:1M 6M:1M
