@@ -114,6 +114,10 @@ static void nbdsrv_held_sub(NbdClient *c, uint64_t bytes)
     srv->committed -= before - nbdsrv_client_commit(c);
     nbdsrv_client_resume(c);
     nbdsrv_resume_global(srv);
+    if (!srv->listen_src && !srv->freed) {
+        /* Accepting may have paused for want of budget. */
+        nbdsrv_update_listen(srv);
+    }
 }
 
 bool nbdsrv_client_reserve(NbdClient *c, uint64_t bytes)
