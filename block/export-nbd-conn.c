@@ -616,6 +616,7 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     if (!srv->freed) {
         nbdsrv_update_listen(srv);
     }
+    nbdsrv_cmd_drop_waiting(c);
     if (c->payload_req) {
         /* A WRITE whose payload never fully arrived: never submitted. */
         NbdRequest *req = c->payload_req;

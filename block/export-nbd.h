@@ -18,12 +18,15 @@
  * connections x 33 MiB if more) over all connections, of which every
  * connection is guaranteed 33 MiB (one request of the largest size) and
  * may hold at most its share (budget / connections, 64 MiB at most); 64 KiB
- * of unsent handshake replies.  At a limit the server stops reading from
- * that socket until replies are sent and requests complete, so a client
- * that stops reading or sending only stalls itself.  A client that leaves
- * replies unread for the stall timeout (30 s), has not finished the
- * handshake after the handshake timeout (10 s) or has not sent a WRITE
- * payload within the payload timeout (30 s) of its header is disconnected.
+ * of unsent handshake replies; READs and WRITEs above 1 MiB enter the
+ * block layer only while less than 64 MiB of them are there (the
+ * connection served longest ago first).  At a limit the server stops
+ * reading from that socket until replies are sent and requests complete,
+ * so a client that stops reading or sending only stalls itself.  A client
+ * that leaves replies unread for the stall timeout (30 s), has not
+ * finished the handshake after the handshake timeout (10 s) or has not
+ * sent a WRITE payload within the payload timeout (30 s) of its header is
+ * disconnected.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later

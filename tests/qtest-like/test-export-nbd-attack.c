@@ -17,7 +17,9 @@
  *  - option-flood: NBD_OPT_LIST sent without reading the replies holds at
  *    most 64 KiB of output (the old server let it reach 4.5 MiB);
  *  - shared: --shared=N limits the connections served at once; more wait
- *    in the listen backlog until one ends.
+ *    in the listen backlog until one ends;
+ *  - gate: 8 connections asking for 128 MiB of reads at once put at most
+ *    64 MiB into the block layer, and a small read goes past them.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -25,6 +27,7 @@
 #include "tests/qtest-like/export-fixture.h"
 #include "tests/qtest-like/test-util.h"
 #include "block/export-nbd-int.h"
+#include "block/null.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -398,6 +401,66 @@ static void test_shared(void)
     fixture_free(f);
 }
 
+/* ---- the gate: large requests do not flood the block layer ---- */
+
+static int gate_client(void *opaque)
+{
+    Attack *a = opaque;
+    g_autofree uint8_t *zero = g_malloc0(4 * MiB);
+    int fds[8];
+    int v;
+
+    for (int i = 0; i < 8; i++) {
+        fds[i] = raw_open(a->f->sock, true, false);
+        FAIL_IF(fds[i] < 0);
+        for (int j = 0; j < 4; j++) {
+            FAIL_IF(!raw_request(fds[i], 0, NBD_CMD_READ, j,
+                                 (i * 4 + j) * 4 * MiB, 4 * MiB, NULL));
+        }
+    }
+    /* A small read is not queued behind them. */
+    v = raw_open(a->f->sock, true, false);
+    FAIL_IF(v < 0);
+    for (int k = 0; k < 3; k++) {
+        RawReply r;
+
+        FAIL_IF(!raw_request(v, 0, NBD_CMD_READ, k, 4096 * k, 4096, NULL));
+        FAIL_IF(!raw_reply(v, true, 0, &r) || r.error || r.len != 4096 ||
+                memcmp(r.data, zero, 4096) != 0);
+        raw_reply_clear(&r);
+    }
+    close(v);
+    for (int i = 0; i < 8; i++) {
+        for (int j = 0; j < 4; j++) {
+            RawReply r;
+
+            FAIL_IF(!raw_reply(fds[i], true, 0, &r) || r.error ||
+                    r.len != 4 * MiB || memcmp(r.data, zero, r.len) != 0);
+            raw_reply_clear(&r);
+        }
+        close(fds[i]);
+    }
+    return 0;
+}
+
+static void test_gate(void)
+{
+    ExportFixture *f = fixture_new_spec("null:size=128M,latency-ns=500000000",
+                                        false);
+    Attack a = { .f = f };
+    NullStats st;
+
+    g_assert_cmpint(run_client(gate_client, &a), ==, 0);
+    run_loop_until(no_clients, f, 30);
+    null_get_stats(f->bs, &st);
+    /* 128 MiB were asked for at once; 64 MiB (and the small reads) were
+     * in the block layer at most. */
+    g_assert_cmpint(st.max_data_bytes_in_flight, <=,
+                    NBDSRV_GATE_MAX + 3 * 4096);
+    g_assert_cmpint(st.max_data_bytes_in_flight, >=, NBDSRV_GATE_MAX);
+    fixture_free(f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -407,5 +470,6 @@ int main(int argc, char **argv)
     g_test_add_func("/export-nbd/attack/slow-readers", test_slow_readers);
     g_test_add_func("/export-nbd/attack/option-flood", test_option_flood);
     g_test_add_func("/export-nbd/attack/shared", test_shared);
+    g_test_add_func("/export-nbd/attack/gate", test_gate);
     return g_test_run();
 }
