@@ -203,11 +203,19 @@ static void nbdsrv_reply_status(NbdClient *c, NbdRequest *req)
 
 /* ---- completions ---- */
 
+static void nbdsrv_gate_next(NbdServer *srv);
+
 /* @req is done with @ret (0 or -errno): answer it (if the client is still
  * there) and free it. */
 static void nbdsrv_cmd_done(NbdRequest *req, int ret)
 {
     NbdClient *c = req->client;
+    NbdServer *srv = c->srv;
+    bool gated = req->gated;
+
+    if (gated) {
+        srv->gate_bytes -= req->h.len;
+    }
 
     if (c->closed) {
         /* Nobody to answer: the completion only releases memory. */
@@ -221,6 +229,9 @@ static void nbdsrv_cmd_done(NbdRequest *req, int ret)
         nbdsrv_reply_simple(c, req->h.cookie, 0, NULL, 0);
     }
     nbdsrv_req_free(req);
+    if (gated) {
+        nbdsrv_gate_next(srv);
+    }
 }
 
 static void nbdsrv_cmd_done_cb(void *opaque, int ret)
@@ -311,6 +322,86 @@ static int nbdsrv_cmd_check(NbdClient *c, const NbdRequestHeader *h,
     return 0;
 }
 
+/* ---- the gate (see NBDSRV_GATE_MAX) ---- */
+
+/* Send a READ (its buffer allocated) or a complete WRITE to the block
+ * layer. */
+static void nbdsrv_gate_submit(NbdServer *srv, NbdRequest *req)
+{
+    const NbdRequestHeader *h = &req->h;
+
+    if (h->len > NBDSRV_GATE_MIN) {
+        req->gated = true;
+        srv->gate_bytes += h->len;
+        req->client->gate_seq = ++srv->gate_seq;
+    }
+    if (h->type == NBD_CMD_READ) {
+        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf, 0,
+                       nbdsrv_cmd_done_cb, req);
+    } else {
+        bdrv_aio_pwrite(srv->bs, h->offset, h->len, req->buf,
+                        h->flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0,
+                        nbdsrv_cmd_done_cb, req);
+    }
+}
+
+static bool nbdsrv_gate_fits(NbdServer *srv, NbdRequest *req)
+{
+    return !srv->gate_bytes ||
+           srv->gate_bytes + req->h.len <= NBDSRV_GATE_MAX;
+}
+
+/* Submit @req now, or queue it behind the gate. */
+static void nbdsrv_gate(NbdServer *srv, NbdRequest *req)
+{
+    if (req->h.len <= NBDSRV_GATE_MIN ||
+        (g_queue_is_empty(&srv->gate_wait) && nbdsrv_gate_fits(srv, req))) {
+        nbdsrv_gate_submit(srv, req);
+        return;
+    }
+    req->gate_link.data = req;
+    g_queue_push_tail_link(&srv->gate_wait, &req->gate_link);
+}
+
+/* Let waiting requests through while they fit: each time the first one of
+ * the connection that got one through longest ago. */
+static void nbdsrv_gate_next(NbdServer *srv)
+{
+    while (!g_queue_is_empty(&srv->gate_wait)) {
+        GList *best = srv->gate_wait.head;
+        NbdRequest *req;
+
+        for (GList *l = best->next; l; l = l->next) {
+            NbdRequest *r = l->data, *b = best->data;
+
+            if (r->client->gate_seq < b->client->gate_seq) {
+                best = l;
+            }
+        }
+        req = best->data;
+        if (!nbdsrv_gate_fits(srv, req)) {
+            return;
+        }
+        g_queue_unlink(&srv->gate_wait, best);
+        nbdsrv_gate_submit(srv, req);
+    }
+}
+
+void nbdsrv_cmd_drop_waiting(NbdClient *c)
+{
+    GList *l = c->srv->gate_wait.head;
+
+    while (l) {
+        NbdRequest *req = l->data;
+
+        l = l->next;
+        if (req->client == c) {
+            g_queue_unlink(&c->srv->gate_wait, &req->gate_link);
+            nbdsrv_req_free(req);   /* never submitted */
+        }
+    }
+}
+
 static BdrvRequestFlags nbdsrv_zero_flags(uint16_t flags)
 {
     BdrvRequestFlags f = 0;
@@ -336,13 +427,13 @@ static void nbdsrv_cmd_submit(NbdClient *c, NbdRequest *req)
     switch (h->type) {
     case NBD_CMD_READ:
         req->buf = bdrv_blockalign(bs, h->len);
-        bdrv_aio_pread(bs, h->offset, h->len, req->buf, 0,
-                       nbdsrv_cmd_done_cb, req);
+        nbdsrv_gate(c->srv, req);
         break;
     case NBD_CMD_WRITE:
         /* Submitted by nbdsrv_cmd_payload_done() */
         req->buf = bdrv_blockalign(bs, h->len);
         c->payload_req = req;
+        c->payload_since_us = g_get_monotonic_time();
         c->rstate = NBDR_PAYLOAD;
         break;
     case NBD_CMD_TRIM:
@@ -398,6 +489,7 @@ bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h)
         } else if (h->type == NBD_CMD_WRITE && h->len) {
             c->skip_left = h->len;
             c->skip_then = NBDSKIP_REQ_HEADER;
+            c->payload_since_us = g_get_monotonic_time();
             c->rstate = NBDR_SKIP;
         }
         return true;
@@ -418,7 +510,5 @@ void nbdsrv_cmd_payload_done(NbdClient *c)
 
     c->payload_req = NULL;
     c->rstate = NBDR_REQ_HEADER;
-    bdrv_aio_pwrite(c->srv->bs, req->h.offset, req->h.len, req->buf,
-                    req->h.flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0,
-                    nbdsrv_cmd_done_cb, req);
+    nbdsrv_gate(c->srv, req);
 }

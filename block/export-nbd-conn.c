@@ -32,9 +32,11 @@ typedef struct NbdOut {
     size_t sent;
 } NbdOut;
 
-/* Bytes a queued piece holds against the budget (its bookkeeping too, so
- * that a flood of tiny error replies is bounded as well). */
-#define NBDSRV_OUT_HELD(o)  ((o)->hdr_len + (o)->data_len + sizeof(NbdOut))
+/* Bytes a queued piece holds against the budget: its bookkeeping too (the
+ * piece, its queue link and the allocator's headers), so that a flood of
+ * tiny replies is bounded by what it really costs. */
+#define NBDSRV_OUT_OVERHEAD (sizeof(NbdOut) + sizeof(GList) + 64)
+#define NBDSRV_OUT_HELD(o)  ((o)->hdr_len + (o)->data_len + NBDSRV_OUT_OVERHEAD)
 
 /* ---- budget ---- */
 
@@ -67,34 +69,75 @@ static void nbdsrv_resume_global(NbdServer *srv)
     }
 }
 
+uint64_t nbdsrv_client_commit(NbdClient *c)
+{
+    return c->closed ? c->held : MAX(c->held, NBDSRV_CLIENT_MIN_BYTES);
+}
+
+uint64_t nbdsrv_client_share(NbdClient *c)
+{
+    NbdServer *srv = c->srv;
+    uint64_t share = nbdsrv_budget(srv) / MAX(srv->live_clients, 1);
+
+    return MIN(NBDSRV_CLIENT_MAX_BYTES,
+               MAX(share, NBDSRV_CLIENT_MIN_BYTES));
+}
+
+/* The guarantees of the connections --shared still allows. */
+static uint64_t nbdsrv_unclaimed(NbdServer *srv)
+{
+    unsigned free_slots = srv->max_clients > srv->live_clients
+                          ? srv->max_clients - srv->live_clients : 0;
+
+    return free_slots * NBDSRV_CLIENT_MIN_BYTES;
+}
+
 static void nbdsrv_held_add(NbdClient *c, uint64_t bytes)
 {
     NbdServer *srv = c->srv;
+    uint64_t before = nbdsrv_client_commit(c);
 
     c->held += bytes;
     srv->held += bytes;
+    srv->committed += nbdsrv_client_commit(c) - before;
     srv->stats.max_held_bytes = MAX(srv->stats.max_held_bytes, srv->held);
 }
 
 static void nbdsrv_held_sub(NbdClient *c, uint64_t bytes)
 {
-    g_assert(c->held >= bytes && c->srv->held >= bytes);
+    NbdServer *srv = c->srv;
+    uint64_t before = nbdsrv_client_commit(c);
+
+    g_assert(c->held >= bytes && srv->held >= bytes);
     c->held -= bytes;
-    c->srv->held -= bytes;
+    srv->held -= bytes;
+    srv->committed -= before - nbdsrv_client_commit(c);
     nbdsrv_client_resume(c);
-    nbdsrv_resume_global(c->srv);
+    nbdsrv_resume_global(srv);
+    if (!srv->listen_src && !srv->freed) {
+        /* Accepting may have paused for want of budget. */
+        nbdsrv_update_listen(srv);
+    }
 }
 
 bool nbdsrv_client_reserve(NbdClient *c, uint64_t bytes)
 {
     NbdServer *srv = c->srv;
+    uint64_t held = c->held + bytes;
+    uint64_t more = MAX(held, NBDSRV_CLIENT_MIN_BYTES) -
+                    MAX(c->held, NBDSRV_CLIENT_MIN_BYTES);
 
+    /* Within its guarantee a client never waits for the others; beyond
+     * it, it waits for its own replies to be read (its share) or for
+     * others to give budget back. */
     if (c->in_flight >= NBDSRV_MAX_CLIENT_REQUESTS ||
-        (c->held && c->held + bytes > NBDSRV_CLIENT_MAX_BYTES)) {
+        held > nbdsrv_client_share(c)) {
         c->paused = true;
         return false;
     }
-    if (srv->held && srv->held + bytes > NBDSRV_SERVER_MAX_BYTES) {
+    /* ... and the guarantees of connections yet to come stay free. */
+    if (more && srv->committed + more + nbdsrv_unclaimed(srv) >
+                nbdsrv_budget(srv)) {
         c->paused = true;
         c->wait_global = true;
         srv->global_waiters++;
@@ -285,7 +328,7 @@ static void nbdsrv_client_process(NbdClient *c)
             if (avail < NBD_OPT_HEADER_SIZE) {
                 return;
             }
-            if (c->out_bytes > NBDSRV_MAX_OPTION_OUTPUT) {
+            if (c->held > NBDSRV_MAX_OPTION_OUTPUT) {
                 c->paused = true;   /* resumed when replies are sent */
                 return;
             }
@@ -522,6 +565,9 @@ void nbdsrv_client_unref(NbdClient *c)
     g_assert(c->closed && !c->in_flight && !c->payload_req);
     g_queue_unlink(&srv->clients, &c->link);
     g_free(c);
+    if (!srv->freed) {
+        nbdsrv_update_listen(srv);  /* its buffers are free */
+    }
     if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
         /* We may be inside a block layer completion: release the node
          * from the main loop. */
@@ -538,7 +584,10 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     if (c->closed) {
         return;
     }
+    /* From now on only what it holds counts, not its guarantee. */
+    srv->committed -= nbdsrv_client_commit(c);
     c->closed = true;
+    srv->committed += nbdsrv_client_commit(c);
     if (protocol_error) {
         g_debug("nbd export: dropping a client that broke the protocol");
         srv->stats.protocol_errors++;
@@ -563,6 +612,11 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     c->rpos = c->rlen = 0;
     c->rstate = NBDR_STOPPED;
     srv->live_clients--;
+    nbdsrv_resume_global(srv);  /* its guarantee is free again */
+    if (!srv->freed) {
+        nbdsrv_update_listen(srv);
+    }
+    nbdsrv_cmd_drop_waiting(c);
     if (c->payload_req) {
         /* A WRITE whose payload never fully arrived: never submitted. */
         NbdRequest *req = c->payload_req;
@@ -588,6 +642,7 @@ void nbdsrv_client_new(NbdServer *srv, int fd)
     c->connected_us = g_get_monotonic_time();
     g_queue_push_tail_link(&srv->clients, &c->link);
     srv->live_clients++;
+    srv->committed += nbdsrv_client_commit(c);
     srv->stats.accepted++;
     nbdsrv_opts_greet(c);
     nbdsrv_client_update(c);

@@ -134,13 +134,37 @@
 
 /* ---- server limits ---- */
 
+/*
+ * The byte budget (request buffers plus unsent replies, see
+ * NBDSRV_OUT_HELD).  Every open connection is guaranteed
+ * NBDSRV_CLIENT_MIN_BYTES, enough for one request of the largest size and
+ * its small replies, that no other connection can take: the server admits
+ * a connection only when that guarantee fits in the budget, and a
+ * connection takes more than its guarantee only from what the guarantees
+ * of the open connections and of those --shared still allows leave free.
+ * Beyond the guarantee a connection holds at most its share, budget / open
+ * connections, and never more than NBDSRV_CLIENT_MAX_BYTES.  The budget is
+ * the larger of NBDSRV_SERVER_MAX_BYTES (or what nbdsrv_set_budget() set)
+ * and --shared x NBDSRV_CLIENT_MIN_BYTES.
+ */
 #define NBDSRV_CLIENT_MAX_BYTES     (64 * MiB)
+#define NBDSRV_CLIENT_MIN_BYTES     ((uint64_t)NBDSRV_MAX_PAYLOAD + 1 * MiB)
 #define NBDSRV_SERVER_MAX_BYTES     (1 * GiB)
-#define NBDSRV_MAX_CLIENTS          1024
+/*
+ * The gate: READs and WRITEs above NBDSRV_GATE_MIN go to the block layer
+ * only while less than NBDSRV_GATE_MAX bytes of them are there, the
+ * connection served longest ago first; smaller ones go at once.  Without
+ * it, 40 connections' 32 MiB reads queued in the block layer's thread
+ * pool ahead of another connection's 4 KiB read (202 ms in
+ * bench/attack.sh).
+ */
+#define NBDSRV_GATE_MIN             (1 * MiB)
+#define NBDSRV_GATE_MAX             (64 * MiB)
 /* Option data we buffer; longer options are skipped and refused. */
 #define NBDSRV_MAX_OPTION           (64 * KiB)
-/* Unsent option replies after which we stop reading options. */
-#define NBDSRV_MAX_OPTION_OUTPUT    (1 * MiB)
+/* Bytes held by unsent option replies (their bookkeeping included) after
+ * which we stop reading options until the client reads. */
+#define NBDSRV_MAX_OPTION_OUTPUT    (64 * KiB)
 /* A refused WRITE payload up to this long is read and dropped; a longer
  * one ends the connection after the error reply. */
 #define NBDSRV_MAX_SKIP             (2 * (int64_t)NBDSRV_MAX_PAYLOAD)
@@ -191,6 +215,8 @@ typedef struct NbdRequest {
     uint64_t held;          /* bytes of buf counted in the held budget */
     uint32_t got;           /* WRITE payload bytes received */
     GArray *extents;        /* BLOCK_STATUS */
+    bool gated;             /* counted in srv->gate_bytes */
+    GList gate_link;        /* in srv->gate_wait */
 } NbdRequest;
 
 struct NbdClient {
@@ -210,6 +236,8 @@ struct NbdClient {
     uint64_t skip_left;
     NbdSkipThen skip_then;
     NbdRequest *payload_req;    /* WRITE receiving its payload */
+    gint64 payload_since_us;    /* when the WRITE payload (or a refused
+                                 * one being skipped) was announced */
     bool paused;            /* stopped parsing at a limit */
     bool wait_global;       /* ... the server-wide byte limit */
     bool finishing;         /* close once in flight == 0 and output sent */
@@ -227,6 +255,7 @@ struct NbdClient {
     gint64 connected_us;
 
     /* transmission */
+    uint64_t gate_seq;      /* when it last got a large request through */
     unsigned in_flight;     /* requests holding a reference */
     uint64_t held;          /* request buffers + unsent output bytes */
 
@@ -255,13 +284,21 @@ struct NbdServer {
 
     GQueue clients;         /* every NbdClient still allocated */
     unsigned live_clients;  /* ... with an open socket */
+    unsigned max_clients;   /* --shared */
+    uint64_t budget_base;   /* nbdsrv_set_budget() */
     uint64_t in_flight;
     uint64_t held;
+    uint64_t committed;     /* sum of nbdsrv_client_commit() */
+    GQueue gate_wait;       /* large requests waiting for the gate */
+    uint64_t gate_bytes;    /* large requests' bytes in the block layer */
+    uint64_t gate_seq;
     unsigned global_waiters;
     bool shutting_down;
     bool freed;
     int64_t handshake_timeout_ms;
     int64_t stall_timeout_ms;
+    int64_t payload_timeout_ms;
+    char *addr;             /* as given, PORT 0 replaced by the port */
     NbdServerStats stats;
 };
 
@@ -278,6 +315,13 @@ void nbdsrv_source_clear(GSource **src);
 
 /* Release the server: no client is left. */
 void nbdsrv_finalize(NbdServer *srv);
+
+/* Accept connections only while there is room for one more (a slot and
+ * its guarantee); call when either may have changed. */
+void nbdsrv_update_listen(NbdServer *srv);
+
+/* The byte budget: MAX(budget_base, max_clients x CLIENT_MIN_BYTES). */
+uint64_t nbdsrv_budget(NbdServer *srv);
 
 /* ---- export-nbd-conn.c: connections ---- */
 
@@ -305,6 +349,13 @@ void nbdsrv_client_queue(NbdClient *c, const void *hdr, size_t hdr_len,
  * and resumed when budget frees up.
  */
 bool nbdsrv_client_reserve(NbdClient *c, uint64_t bytes);
+
+/* Bytes of the budget @c accounts for: what it holds, and while its
+ * socket is open at least its guarantee (NBDSRV_CLIENT_MIN_BYTES). */
+uint64_t nbdsrv_client_commit(NbdClient *c);
+
+/* Most bytes @c may hold when taking more: its share of the budget. */
+uint64_t nbdsrv_client_share(NbdClient *c);
 
 /* Give back budget taken by nbdsrv_client_reserve(). */
 void nbdsrv_client_release(NbdClient *c, uint64_t bytes);
@@ -342,6 +393,8 @@ void nbdsrv_opts_handle(NbdClient *c, bool too_big);
 bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h);
 /* The WRITE payload of c->payload_req is complete. */
 void nbdsrv_cmd_payload_done(NbdClient *c);
+/* @c is closing: drop its requests still waiting for the gate. */
+void nbdsrv_cmd_drop_waiting(NbdClient *c);
 /* Transmission flags for @c. */
 uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c);
 

@@ -62,15 +62,36 @@ void nbdsrv_source_clear(GSource **src)
 static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
                                  gpointer opaque);
 
+/* Room for one more connection: a slot (--shared) and its guarantee
+ * (requests of closed connections may still hold buffers). */
+static bool nbdsrv_has_room(NbdServer *srv)
+{
+    return srv->live_clients < srv->max_clients &&
+           srv->committed + NBDSRV_CLIENT_MIN_BYTES <= nbdsrv_budget(srv);
+}
+
+void nbdsrv_update_listen(NbdServer *srv)
+{
+    bool want = srv->listen_fd >= 0 && !srv->accept_retry_src &&
+                nbdsrv_has_room(srv);
+
+    if (!want && srv->listen_src && !srv->accept_retry_src) {
+        srv->stats.full++;
+    }
+    if (want && !srv->listen_src) {
+        srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
+                                          nbdsrv_accept_cb, srv);
+    } else if (!want) {
+        nbdsrv_source_clear(&srv->listen_src);
+    }
+}
+
 static gboolean nbdsrv_accept_retry_cb(gpointer opaque)
 {
     NbdServer *srv = opaque;
 
     nbdsrv_source_clear(&srv->accept_retry_src);
-    if (srv->listen_fd >= 0 && !srv->listen_src) {
-        srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
-                                          nbdsrv_accept_cb, srv);
-    }
+    nbdsrv_update_listen(srv);
     return G_SOURCE_REMOVE;
 }
 
@@ -80,9 +101,17 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
     NbdServer *srv = opaque;
 
     for (int i = 0; i < NBDSRV_ACCEPT_BATCH; i++) {
-        int cfd = accept4(srv->listen_fd, NULL, NULL,
-                          SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int cfd;
         int one = 1;
+
+        if (!nbdsrv_has_room(srv)) {
+            /* Like qemu-nbd: the rest wait in the listen backlog until a
+             * connection ends. */
+            nbdsrv_update_listen(srv);
+            return G_SOURCE_CONTINUE;
+        }
+        cfd = accept4(srv->listen_fd, NULL, NULL,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (cfd < 0 && (errno == EINTR || errno == ECONNABORTED ||
                         errno == EPROTO)) {
@@ -99,11 +128,6 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
         }
         if (cfd < 0) {
             break;
-        }
-        if (srv->live_clients >= NBDSRV_MAX_CLIENTS) {
-            close(cfd);
-            srv->stats.refused++;
-            continue;
         }
         if (srv->port >= 0) {
             setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -218,6 +242,8 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
         return false;
     }
     srv->port = nbdsrv_bound_port(srv->listen_fd);
+    srv->addr = g_strdup_printf("tcp:%.*s:%d", (int)(colon - spec), spec,
+                                srv->port);
     return true;
 }
 
@@ -244,20 +270,31 @@ static gboolean nbdsrv_tick_cb(gpointer opaque)
 
     while (l) {
         NbdClient *c = l->data;
+        const char *why;
 
         l = l->next;    /* closing may free c */
         if (c->closed) {
             continue;
         }
-        if ((srv->handshake_timeout_ms && !c->transmission &&
-             now - c->connected_us > srv->handshake_timeout_ms * 1000) ||
-            (srv->stall_timeout_ms && !g_queue_is_empty(&c->out) &&
-             now - c->out_since_us > srv->stall_timeout_ms * 1000)) {
-            g_debug("nbd export: dropping a client: %s timeout",
-                    c->transmission ? "stall" : "handshake");
-            srv->stats.timeouts++;
-            nbdsrv_client_close(c, false);
+        if (srv->handshake_timeout_ms && !c->transmission &&
+            now - c->connected_us > srv->handshake_timeout_ms * 1000) {
+            why = "handshake";
+        } else if (srv->payload_timeout_ms &&
+                   (c->rstate == NBDR_PAYLOAD ||
+                    (c->rstate == NBDR_SKIP &&
+                     c->skip_then == NBDSKIP_REQ_HEADER)) &&
+                   now - c->payload_since_us >
+                   srv->payload_timeout_ms * 1000) {
+            why = "payload";
+        } else if (srv->stall_timeout_ms && !g_queue_is_empty(&c->out) &&
+                   now - c->out_since_us > srv->stall_timeout_ms * 1000) {
+            why = "stall";
+        } else {
+            continue;
         }
+        g_debug("nbd export: dropping a client: %s timeout", why);
+        srv->stats.timeouts++;
+        nbdsrv_client_close(c, false);
     }
     return G_SOURCE_CONTINUE;
 }
@@ -271,6 +308,9 @@ static void nbdsrv_start_tick(NbdServer *srv)
     }
     if (srv->stall_timeout_ms) {
         ms = MIN(ms, srv->stall_timeout_ms / 4);
+    }
+    if (srv->payload_timeout_ms) {
+        ms = MIN(ms, srv->payload_timeout_ms / 4);
     }
     nbdsrv_source_clear(&srv->tick_src);
     srv->tick_src = nbdsrv_timer(srv, MAX(ms, 10), nbdsrv_tick_cb, srv);
@@ -335,6 +375,7 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
     }
     if (!ok) {
         g_main_context_unref(srv->ctx);
+        g_free(srv->addr);
         return NULL;
     }
     srv->bs = bdrv_ref(bs);
@@ -345,9 +386,14 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                                        bdrv_get_format_name(bs));
     srv->handshake_timeout_ms = NBDSRV_DEFAULT_HANDSHAKE_MS;
     srv->stall_timeout_ms = NBDSRV_DEFAULT_STALL_MS;
+    srv->payload_timeout_ms = NBDSRV_DEFAULT_PAYLOAD_MS;
+    srv->max_clients = NBDSRV_DEFAULT_SHARED;
+    srv->budget_base = NBDSRV_SERVER_MAX_BYTES;
+    if (!srv->addr) {
+        srv->addr = g_strdup(addr);
+    }
     nbdsrv_set_limits(srv);
-    srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
-                                      nbdsrv_accept_cb, srv);
+    nbdsrv_update_listen(srv);
     nbdsrv_start_tick(srv);
     return g_steal_pointer(&srv);
 }
@@ -360,7 +406,14 @@ void nbdsrv_finalize(NbdServer *srv)
     g_main_context_unref(srv->ctx);
     g_free(srv->export_name);
     g_free(srv->description);
+    g_free(srv->addr);
     g_free(srv);
+}
+
+uint64_t nbdsrv_budget(NbdServer *srv)
+{
+    return MAX(srv->budget_base,
+               (uint64_t)srv->max_clients * NBDSRV_CLIENT_MIN_BYTES);
 }
 
 void nbdsrv_disconnect_all(NbdServer *srv)
@@ -453,6 +506,31 @@ void nbdsrv_set_timeouts(NbdServer *srv, int64_t handshake_ms,
     srv->handshake_timeout_ms = handshake_ms;
     srv->stall_timeout_ms = stall_ms;
     nbdsrv_start_tick(srv);
+}
+
+void nbdsrv_set_payload_timeout(NbdServer *srv, int64_t payload_ms)
+{
+    g_assert(payload_ms >= 0);
+    srv->payload_timeout_ms = payload_ms;
+    nbdsrv_start_tick(srv);
+}
+
+void nbdsrv_set_shared(NbdServer *srv, unsigned shared)
+{
+    g_assert(shared >= 1 && shared <= NBDSRV_MAX_SHARED);
+    srv->max_clients = shared;
+    nbdsrv_update_listen(srv);
+}
+
+void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes)
+{
+    srv->budget_base = bytes;
+    nbdsrv_update_listen(srv);
+}
+
+const char *nbdsrv_get_address(NbdServer *srv)
+{
+    return srv->addr;
 }
 
 bool nbdsrv_set_description(NbdServer *srv, const char *description)

@@ -13,12 +13,20 @@
  * own connection.
  *
  * Limits (per connection unless said otherwise): 64 requests in flight;
- * 64 MiB of request buffers plus unsent replies; 1 GiB of those over all
- * connections; 1024 connections; reads and writes of at most 32 MiB.  At a
- * limit the server stops reading from that socket until replies are sent
- * and requests complete.  A client that leaves replies unread for the stall
- * timeout (30 s) or has not finished the handshake after the handshake
- * timeout (10 s) is disconnected.
+ * reads and writes of at most 32 MiB; 16 connections (nbdsrv_set_shared());
+ * a byte budget for request buffers plus unsent replies of 1 GiB (or
+ * connections x 33 MiB if more) over all connections, of which every
+ * connection is guaranteed 33 MiB (one request of the largest size) and
+ * may hold at most its share (budget / connections, 64 MiB at most); 64 KiB
+ * of unsent handshake replies; READs and WRITEs above 1 MiB enter the
+ * block layer only while less than 64 MiB of them are there (the
+ * connection served longest ago first).  At a limit the server stops
+ * reading from that socket until replies are sent and requests complete,
+ * so a client that stops reading or sending only stalls itself.  A client
+ * that leaves replies unread for the stall timeout (30 s), has not
+ * finished the handshake after the handshake timeout (10 s) or has not
+ * sent a WRITE payload within the payload timeout (30 s) of its header is
+ * disconnected.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -36,16 +44,25 @@
  * reading from it. */
 #define NBDSRV_MAX_CLIENT_REQUESTS  64
 
+/* Connections served at once (qemu-nbd's --shared): default and maximum. */
+#define NBDSRV_DEFAULT_SHARED       16
+#define NBDSRV_MAX_SHARED           1024
+
+/* Default payload timeout (see nbdsrv_set_payload_timeout()). */
+#define NBDSRV_DEFAULT_PAYLOAD_MS   30000
+
 typedef struct NbdServer NbdServer;
 
 /* Counters since nbdsrv_new(), for tests and diagnostics. */
 typedef struct NbdServerStats {
     uint64_t accepted;          /* connections accepted */
-    uint64_t refused;           /* closed at once: too many connections */
+    uint64_t full;              /* times accepting stopped for lack of
+                                 * room: --shared connections are open, or
+                                 * the budget has no guarantee left */
     uint64_t protocol_errors;   /* connections dropped for breaking the
                                  * protocol (bad magic, flags, framing) */
-    uint64_t timeouts;          /* dropped by the handshake or stall
-                                 * timeout */
+    uint64_t timeouts;          /* dropped by the handshake, stall or
+                                 * payload timeout */
     uint64_t requests;          /* transmission requests received */
     uint64_t errors;            /* ... answered with an error */
     uint64_t max_client_in_flight;  /* most requests one connection had in
@@ -130,6 +147,33 @@ void nbdsrv_get_stats(NbdServer *srv, NbdServerStats *stats);
  */
 void nbdsrv_set_timeouts(NbdServer *srv, int64_t handshake_ms,
                          int64_t stall_ms);
+
+/*
+ * The payload timeout in milliseconds (0 disables it): a connection that
+ * has not sent the whole payload of a WRITE this long after its header is
+ * dropped, and the buffer reserved for it is freed.  Default 30000.
+ */
+void nbdsrv_set_payload_timeout(NbdServer *srv, int64_t payload_ms);
+
+/*
+ * Serve at most @shared connections at once (1..NBDSRV_MAX_SHARED, default
+ * NBDSRV_DEFAULT_SHARED).  At the limit the server stops accepting, as
+ * qemu-nbd does: new connections wait in the listen backlog until one
+ * ends.  Connections already open stay.  Raising it above 31 raises the byte
+ * budget to @shared x 33 MiB (see export-nbd-int.h).
+ */
+void nbdsrv_set_shared(NbdServer *srv, unsigned shared);
+
+/*
+ * The byte budget over all connections (default 1 GiB); the server uses
+ * the larger of @bytes and shared x 33 MiB, so that every connection keeps
+ * its guarantee.  For tests and embedders; not a command-line option.
+ */
+void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes);
+
+/* The address clients use: the ADDR given to nbdsrv_new() with a TCP
+ * PORT 0 replaced by the bound port.  Owned by the server. */
+const char *nbdsrv_get_address(NbdServer *srv);
 
 /* The NBD_INFO_DESCRIPTION text (default "qemu-mirror export (FORMAT)").
  * At most 4096 bytes of UTF-8; returns false otherwise. */

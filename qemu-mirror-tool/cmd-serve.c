@@ -11,6 +11,7 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "block/export-nbd.h"
+#include "util/cutils.h"
 
 #include <glib-unix.h>
 #include <signal.h>
@@ -45,18 +46,6 @@ static void serve_flush_cb(void *opaque, int ret)
     s->flushed = true;
 }
 
-/* The address clients use: PORT 0 replaced by the bound port. */
-static char *serve_address(const char *addr, NbdServer *srv)
-{
-    const char *colon = strrchr(addr, ':');
-
-    if (nbdsrv_get_port(srv) < 0) {
-        return g_strdup(addr);
-    }
-    return g_strdup_printf("%.*s:%d", (int)(colon - addr), addr,
-                           nbdsrv_get_port(srv));
-}
-
 /* Stop serving: graceful first, then drop whoever is left. */
 static void serve_stop(NbdServer *srv, ServeState *s)
 {
@@ -83,7 +72,10 @@ int cmd_serve(int argc, char **argv)
 {
     g_autofree char *format = NULL;
     g_autofree char *export_name = NULL;
-    g_autofree char *where = NULL;
+    g_autofree char *shared = NULL;
+    g_autofree char *payload_timeout = NULL;
+    int64_t shared_n = NBDSRV_DEFAULT_SHARED;
+    int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
@@ -98,6 +90,12 @@ int cmd_serve(int argc, char **argv)
           "export name (default: \"\", the default export)", "NAME" },
         { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
           "open the image read-only and refuse writes", NULL },
+        { "shared", 'e', 0, G_OPTION_ARG_STRING, &shared,
+          "serve at most N connections at once, 1..1024 (default 16)",
+          "N" },
+        { "payload-timeout", 0, 0, G_OPTION_ARG_STRING, &payload_timeout,
+          "drop a client whose WRITE payload has not arrived SECONDS "
+          "after its header, 0..86400, 0: never (default 30)", "SECONDS" },
         { NULL },
     };
 
@@ -105,10 +103,20 @@ int cmd_serve(int argc, char **argv)
     g_option_context_set_summary(ctx,
         "Export an image over NBD until SIGINT or SIGTERM.\n\n"
         "ADDR is unix:PATH or tcp:HOST:PORT (PORT 0 picks a free port).\n"
-        "Once listening, \"serving on ADDR\" is printed on stdout.");
+        "Once listening, \"serving on ADDR\" is printed on stdout.\n"
+        "A client that stops reading or sending stalls only itself: see\n"
+        "docs/security.md for the limits.");
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("serve", argc, 2, "an address and an image")) {
+        return TOOL_EXIT_USAGE;
+    }
+    if ((shared && !parse_count("--shared", shared, 1, NBDSRV_MAX_SHARED,
+                                &shared_n, &err)) ||
+        (payload_timeout &&
+         !parse_count("--payload-timeout", payload_timeout, 0, 86400,
+                      &payload_s, &err))) {
+        tool_error("%s", err->message);
         return TOOL_EXIT_USAGE;
     }
     if (format && !bdrv_find_format(format)) {
@@ -126,10 +134,11 @@ int cmd_serve(int argc, char **argv)
         return err->code == BLOCK_ERROR_INVALID ? TOOL_EXIT_USAGE
                                                 : TOOL_EXIT_FAILURE;
     }
+    nbdsrv_set_shared(srv, shared_n);
+    nbdsrv_set_payload_timeout(srv, payload_s * 1000);
     sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
     sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
-    where = serve_address(argv[1], srv);
-    printf("serving on %s\n", where);
+    printf("serving on %s\n", nbdsrv_get_address(srv));
     fflush(stdout);
 
     while (!s.signals) {

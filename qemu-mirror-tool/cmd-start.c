@@ -356,6 +356,8 @@ int cmd_start(int argc, char **argv)
     const char *served = NULL;
     int flush_ret;
     int ret = TOOL_EXIT_USAGE;
+    g_autofree char *export_shared = NULL;
+    g_autofree char *export_payload_timeout = NULL;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -407,6 +409,14 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
+        { "export-shared", 0, 0, G_OPTION_ARG_STRING, &export_shared,
+          "the export serves at most N connections at once, 1..1024 "
+          "(default 16)", "N" },
+        { "export-payload-timeout", 0, 0, G_OPTION_ARG_STRING,
+          &export_payload_timeout,
+          "the export drops a client whose WRITE payload has not arrived "
+          "SECONDS after its header, 0..86400, 0: never (default 30)",
+          "SECONDS" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
@@ -455,7 +465,26 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
 
+    if ((export_shared || export_payload_timeout) && !o.export_addr) {
+        tool_error("--export-shared and --export-payload-timeout need "
+                   "--export ADDR");
+        job_unref(job);
+        goto out;
+    }
     if (o.export_addr) {
+        int64_t shared = NBDSRV_DEFAULT_SHARED;
+        int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
+
+        if ((export_shared &&
+             !parse_count("--export-shared", export_shared, 1,
+                          NBDSRV_MAX_SHARED, &shared, &err)) ||
+            (export_payload_timeout &&
+             !parse_count("--export-payload-timeout", export_payload_timeout,
+                          0, 86400, &payload_s, &err))) {
+            tool_error("%s", err->message);
+            job_unref(job);
+            goto out;
+        }
         top = mirror_top_new(src, &err);
         export = top ? nbdsrv_new(top, o.export_addr, o.export_name, false,
                                   &err) : NULL;
@@ -465,7 +494,14 @@ int cmd_start(int argc, char **argv)
             bdrv_unref(top);
             goto out;
         }
+        nbdsrv_set_shared(export, shared);
+        nbdsrv_set_payload_timeout(export, payload_s * 1000);
         mirror_job_set_top(job, top);
+        /* Like serve's "serving on ADDR", with PORT 0 resolved; on stderr,
+         * as stdout may carry --json events. */
+        fprintf(stderr, "mirror-tool: exporting the source on %s\n",
+                nbdsrv_get_address(export));
+        fflush(stderr);
     }
 
     job_runner_init(&runner, argv[2], o.progress);
@@ -497,7 +533,7 @@ int cmd_start(int argc, char **argv)
         fprintf(stderr, "mirror-tool: the job is over; serving the %s on "
                 "%s until SIGINT, SIGTERM or QMP quit\n",
                 mirror_top_child(top) == dst ? "target" : "source",
-                o.export_addr);
+                nbdsrv_get_address(export));
         job_runner_serve(&runner);
         if (qmp) {
             qmp_server_flush(qmp, 1000);   /* the reply to quit */

@@ -31,6 +31,12 @@ static ExportFixture *fixture_serve(ExportFixture *f, const char *name,
 
 ExportFixture *fixture_new_raw(const char *name, bool read_only)
 {
+    return fixture_new_raw_size(name, read_only, FIX_SIZE);
+}
+
+ExportFixture *fixture_new_raw_size(const char *name, bool read_only,
+                                    int64_t size)
+{
     ExportFixture *f = g_new0(ExportFixture, 1);
     static const struct { int64_t off, len; } data[] = {
         { 0, 1 * MiB }, { 4 * MiB, 2 * MiB }, { 15 * MiB, 1 * MiB },
@@ -40,10 +46,11 @@ ExportFixture *fixture_new_raw(const char *name, bool read_only)
     f->dir = test_scratch_new();
     f->image = g_build_filename(f->dir, "img.raw", NULL);
     f->sock = g_build_filename(f->dir, "nbd.sock", NULL);
-    f->model = g_malloc0(FIX_SIZE);
+    g_assert_cmpint(size, >=, FIX_SIZE);
+    f->model = g_malloc0(size);
     fd = open(f->image, O_RDWR | O_CREAT | O_TRUNC, 0644);
     g_assert_cmpint(fd, >=, 0);
-    g_assert_cmpint(ftruncate(fd, FIX_SIZE), ==, 0);
+    g_assert_cmpint(ftruncate(fd, size), ==, 0);
     for (size_t i = 0; i < G_N_ELEMENTS(data); i++) {
         test_fill_pattern(f->model + data[i].off, data[i].off, data[i].len,
                           (uint32_t)i + 7);
@@ -94,8 +101,8 @@ void fixture_assert_file(ExportFixture *f)
     gsize len;
 
     g_assert_true(g_file_get_contents(f->image, &buf, &len, NULL));
-    g_assert_cmpuint(len, ==, FIX_SIZE);
-    g_assert_true(memcmp(buf, f->model, FIX_SIZE) == 0);
+    g_assert_cmpuint(len, ==, f->size);
+    g_assert_true(memcmp(buf, f->model, f->size) == 0);
 }
 
 /* ---- running clients ---- */

@@ -32,6 +32,10 @@ typedef struct ExportFixture {
  */
 ExportFixture *fixture_new_raw(const char *name, bool read_only);
 
+/* The same with @size bytes (at least FIX_SIZE; holes after 16M). */
+ExportFixture *fixture_new_raw_size(const char *name, bool read_only,
+                                    int64_t size);
+
 /* A node opened from @spec (e.g. "null:size=16M,latency-ns=1000000"). */
 ExportFixture *fixture_new_spec(const char *spec, bool read_only);
 

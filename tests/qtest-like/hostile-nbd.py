@@ -141,9 +141,11 @@ s = transmission()
 request(s, CMD_WRITE, 0, MiB, cookie=11, payload=b"\xee" * 1000)
 s.close()
 
-# 200 connections at once, half of them greeted, then all closed.
+# 200 connections at once, a few of them greeted, then all closed.  Those
+# beyond the server's connection limit (--shared, default 16) wait in the
+# listen backlog, to be accepted as others leave.
 many = [conn() for _ in range(200)]
-for i, c in enumerate(many):
+for i, c in enumerate(many[:8]):
     if i % 2:
         read(c, 18)
 for c in many:

@@ -351,6 +351,7 @@ static void test_many_connections(void)
     Monitor mon;
     NbdServerStats st;
 
+    nbdsrv_set_shared(f->srv, 200);
     monitor_start(&mon, many_seen, &m);
     g_assert_cmpint(run_client(many_client, &m), ==, 0);
     monitor_stop(&mon);

@@ -269,7 +269,7 @@ ok "TCP export on 127.0.0.1, port 0"
 # --- out of file descriptors --------------------------------------------------
 # With 32 descriptors the server cannot accept 60 connections at once: it
 # backs off (no busy loop), then serves again once they are gone.
-start_serve fd --limit-fds "unix:$scratch/fd.sock" img.raw
+start_serve fd --limit-fds --shared 100 "unix:$scratch/fd.sock" img.raw
 fd_uri="nbd+unix:///?socket=$scratch/fd.sock"
 expect_ok $TMO python3 - "$scratch/fd.sock" "$pid_fd" <<'EOF'
 import os, socket, sys, time
@@ -293,6 +293,64 @@ EOF
 expect_ok $TMO nbdinfo --size "$fd_uri"
 stop_serve fd TERM
 ok "out of file descriptors: the server backs off, then serves again"
+
+# --- clients that take from others (issue 28) ------------------------------
+expect_exit 2 "$T" serve --shared 0 "unix:$scratch/x.sock" img.raw
+stderr_has "--shared '0': must be between 1 and 1024"
+stderr_one_line
+expect_exit 2 "$T" serve -e 1025 "unix:$scratch/x.sock" img.raw
+stderr_has "--shared '1025'"
+expect_exit 2 "$T" serve --payload-timeout 1s "unix:$scratch/x.sock" img.raw
+stderr_has "--payload-timeout '1s': invalid number"
+stderr_one_line
+[ -e x.sock ] && fail "a bad option created the socket"
+ok "--shared and --payload-timeout: bad values exit 2"
+
+make_sparse_image atk.raw 64M 0:1M 5M:3M 33M:1M
+start_serve atk -f raw --shared 40 --payload-timeout 2 \
+    "unix:$scratch/atk.sock" atk.raw
+atk_uri="nbd+unix:///?socket=$scratch/atk.sock"
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" write-hold \
+    "$scratch/atk.sock" "$atk_uri" atk.raw "$pid_atk"
+alive atk
+ok "33 WRITEs holding 32 MiB each: qemu-io and nbdcopy are answered, the payload timeout drops the 33"
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" option-flood \
+    "$scratch/atk.sock" "$atk_uri" atk.raw "$pid_atk"
+alive atk
+ok "4 x 250,000 unread NBD_OPT_LIST: nbdinfo is answered, the server grows < 8 MiB"
+stop_serve atk TERM
+
+start_serve sh -f raw --shared 2 "unix:$scratch/sh.sock" atk.raw
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" shared \
+    "$scratch/sh.sock" "nbd+unix:///?socket=$scratch/sh.sock" atk.raw \
+    "$pid_sh"
+stop_serve sh TERM
+ok "--shared 2: a third connection waits until one left, then is served"
+
+# start --export on a free TCP port says where it listens.
+make_sparse_image st-src.raw 8M 0:1M 6M:1M
+truncate -s 8M st-tgt.raw
+expect_exit 2 "$T" start --export-shared 4 st-src.raw st-tgt.raw
+stderr_has "need --export ADDR"
+expect_exit 2 "$T" start --export tcp:127.0.0.1:0 --export-shared x \
+    st-src.raw st-tgt.raw
+stderr_has "--export-shared 'x': invalid number"
+"$T" start --export tcp:127.0.0.1:0 --export-shared 4 \
+    --export-payload-timeout 5 st-src.raw st-tgt.raw >st.out 2>st.err &
+st_pid=$!
+track_pid $st_pid
+wait_for 20 "start --export to say where it listens" \
+    grep -q 'exporting the source on tcp:127.0.0.1:[1-9]' st.err
+st_addr=$(sed -n 's/.*exporting the source on //p' st.err)
+wait_for 30 "the job to complete" grep -q 'serving the target on' st.err
+grep -q "serving the target on $st_addr until" st.err ||
+    fail "the second message names another address: $(cat st.err)"
+expect_ok $TMO qemu-img compare -f raw -F raw st-src.raw \
+    "nbd://127.0.0.1:${st_addr##*:}/"
+kill -TERM $st_pid
+wait_for 10 "start to exit on SIGTERM" not_running $st_pid
+untrack_pid $st_pid
+ok "start --export tcp:127.0.0.1:0 prints the address it listens on"
 
 # --- qcow2 ------------------------------------------------------------------
 expect_ok qemu-img create -q -f qcow2 img.qcow2 32M

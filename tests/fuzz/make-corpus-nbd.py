@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+# Write the seed corpus of fuzz-nbd-server (tests/fuzz/corpus-nbd/): what
+# real clients send, from the greeting's answer to NBD_CMD_DISC.  The first
+# byte of each file picks the export (even: writable, odd: read-only), the
+# rest goes to the server as sent.  The export is "exp", 4 MiB.
+#
+#   make-corpus-nbd.py DIR
+#
+# Copyright (C) 2026 qemu-mirror authors
+# SPDX-License-Identifier: GPL-2.0-or-later
+
+import os
+import struct
+import sys
+
+OPTS = 0x49484156454f5054
+REQ = 0x25609513
+(OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_INFO, OPT_GO, OPT_STRUCTURED,
+ OPT_LIST_META, OPT_SET_META) = 1, 2, 3, 6, 7, 8, 9, 10
+(READ, WRITE, DISC, FLUSH, TRIM, WZ, BLOCK_STATUS) = 0, 1, 2, 3, 4, 6, 7
+FUA, NO_HOLE, DF, REQ_ONE, FAST_ZERO = 1, 2, 4, 8, 16
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def opt(o, data=b""):
+    return struct.pack(">QII", OPTS, o, len(data)) + data
+
+
+def go(name=b"exp", infos=(3,), o=OPT_GO):
+    d = struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
+    return opt(o, d + b"".join(struct.pack(">H", i) for i in infos))
+
+
+def meta(o, name=b"exp", queries=(b"base:allocation",)):
+    d = struct.pack(">I", len(name)) + name + struct.pack(">I", len(queries))
+    return opt(o, d + b"".join(struct.pack(">I", len(q)) + q
+                               for q in queries))
+
+
+def req(t, off=0, n=0, flags=0, cookie=1, payload=b""):
+    return struct.pack(">IHHQQI", REQ, flags, t, cookie, off, n) + payload
+
+
+FLAGS = struct.pack(">I", 3)          # fixed newstyle, no zeroes
+seeds = {
+    # libnbd-like: structured replies, base:allocation, GO, then I/O.
+    "go-structured": b"\0" + FLAGS + opt(OPT_STRUCTURED) +
+    meta(OPT_SET_META) + go() +
+    req(READ, 0, 4 * KiB, cookie=1) +
+    req(WRITE, 64 * KiB, 512, FUA, 2, b"\x5a" * 512) +
+    req(BLOCK_STATUS, 0, 1 * MiB, cookie=3) +
+    req(BLOCK_STATUS, 0, 1 * MiB, REQ_ONE, 4) +
+    req(WZ, 128 * KiB, 64 * KiB, NO_HOLE, 5) +
+    req(WZ, 256 * KiB, 64 * KiB, FAST_ZERO, 6) +
+    req(TRIM, 512 * KiB, 64 * KiB, FUA, 7) +
+    req(FLUSH, cookie=8) + req(READ, 4 * MiB - 512, 512, DF, 9) +
+    req(DISC, cookie=10),
+    # qemu-nbd-era client: NBD_OPT_EXPORT_NAME, simple replies.
+    "export-name-simple": b"\0" + FLAGS + opt(OPT_EXPORT_NAME, b"exp") +
+    req(READ, 0, 64 * KiB) + req(WRITE, 4096, 4096, 0, 2, b"\1" * 4096) +
+    req(READ, 4 * MiB, 512, cookie=3) + req(99, cookie=4) +
+    req(DISC, cookie=5),
+    # Option haggling: list, info, meta contexts, unknown, then abort.
+    "options": b"\0" + FLAGS + opt(OPT_LIST) + go(o=OPT_INFO, infos=(0, 1, 2,
+                                                                       3)) +
+    go(name=b"nope", o=OPT_INFO) + meta(OPT_LIST_META, queries=()) +
+    meta(OPT_LIST_META, queries=(b"base:",)) + opt(77, b"xyz") +
+    opt(OPT_ABORT),
+    # Read-only export: writes are refused, their payload skipped.
+    "read-only": b"\1" + FLAGS + go(b"") +
+    req(WRITE, 0, 1024, cookie=1, payload=b"\2" * 1024) +
+    req(TRIM, 0, 4096, cookie=2) + req(READ, 0, 4096, cookie=3) +
+    req(DISC, cookie=4),
+    # Errors: past the end, too long, bad flags, then bad magic.
+    "errors": b"\0" + FLAGS + opt(OPT_STRUCTURED) + go() +
+    req(READ, 4 * MiB, 4096, cookie=1) + req(READ, 0, 64 * MiB, DF, 2) +
+    req(WRITE, 4 * MiB - 8, 16, 0, 3, b"\3" * 16) +
+    req(READ, 0, 4096, 0x80, 4) + req(BLOCK_STATUS, 0, 0, cookie=5) +
+    b"\xde\xad\xbe\xef" * 7,
+}
+
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)

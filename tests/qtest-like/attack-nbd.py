@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+# Clients that try to take from an NBD server (mirror-tool serve) what
+# other clients need (issue 28), each while a well-behaved client (qemu-io,
+# nbdinfo) must keep being answered with the right bytes.
+#
+#   attack-nbd.py write-hold SOCKET URI IMAGE PID
+#       33 connections each announce a 32 MiB WRITE and send one byte of
+#       its payload.  qemu-io writes 4 KiB at 40M and reads it back, and
+#       nbdcopy reads the export in 32 MiB requests, compared with IMAGE;
+#       then the server (started with --payload-timeout) must drop every
+#       attacker without writing their byte.
+#   attack-nbd.py option-flood SOCKET URI IMAGE PID
+#       4 connections send 250,000 NBD_OPT_LIST each without reading the
+#       replies; nbdinfo is answered meanwhile, and the server (PID) grows
+#       by less than 8 MiB (it was 6 MiB per connection; not checked when
+#       the server runs under AddressSanitizer).
+#   attack-nbd.py shared SOCKET URI IMAGE PID
+#       The server runs with --shared 2: a third connection waits (in the
+#       listen backlog) until one of the two leaves, then it is served.
+#
+# Every socket operation gives up after 30 s, every client run after
+# 60 s: a starved client fails the test, it never hangs it.  Exits 0 when
+# every check passed.
+#
+# Copyright (C) 2026 qemu-mirror authors
+# SPDX-License-Identifier: GPL-2.0-or-later
+
+import select
+import socket
+import struct
+import subprocess
+import sys
+
+INIT, OPTS = 0x4e42444d41474943, 0x49484156454f5054
+REQUEST_MAGIC = 0x25609513
+CMD_WRITE = 1
+OPT_LIST = 3
+MiB = 1 << 20
+
+kind, path, uri, image, pid = sys.argv[1:6]
+
+
+def conn():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(path)
+    return s
+
+
+def read(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise EOFError("closed after %d of %d bytes" % (len(b), n))
+        b += c
+    return b
+
+
+def closed(s):
+    """The server hung up (reads return EOF) within the socket timeout."""
+    try:
+        while s.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def greet(s):
+    init, opts, hflags = struct.unpack(">QQH", read(s, 18))
+    assert (init, opts) == (INIT, OPTS), (init, opts)
+    s.sendall(struct.pack(">I", 3))
+
+
+def transmission():
+    """A connection in the transmission phase (NBD_OPT_EXPORT_NAME "")."""
+    s = conn()
+    greet(s)
+    s.sendall(struct.pack(">QII", OPTS, 1, 0))
+    read(s, 10)
+    return s
+
+
+def run(*cmd):
+    r = subprocess.run(cmd, timeout=60, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert r.returncode == 0, (cmd, r.stdout.decode())
+    return r.stdout
+
+
+def image_bytes(off, n):
+    with open(image, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+def victim():
+    """qemu-io writes 4 KiB and reads it back; nbdcopy reads the export
+    in 32 MiB requests; both compared with the image (the server writes
+    through to it)."""
+    run("qemu-io", "-f", "raw", "-c", "write -P 0x5c 40M 4k",
+        "-c", "read -P 0x5c 40M 4k", uri)
+    assert image_bytes(40 * MiB, 4096) == b"\x5c" * 4096
+    # The whole export in 32 MiB requests, one connection.
+    out = run("nbdcopy", "--request-size=%d" % (32 * MiB),
+              "--connections=1", uri, "-")
+    assert out == image_bytes(0, len(out)) and len(out) >= 32 * MiB
+
+
+def rss_kib():
+    for line in open("/proc/%s/status" % pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+if kind == "write-hold":
+    first = image_bytes(0, 32 * MiB)
+    attackers = []
+    for i in range(33):
+        s = transmission()
+        s.sendall(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_WRITE, i, 0,
+                              32 * MiB) + b"\xee")
+        attackers.append(s)
+    victim()
+    # The payload timeout drops them all; their bytes were never written.
+    for s in attackers:
+        assert closed(s)
+    assert image_bytes(0, 32 * MiB) == first, "an attacker's byte landed"
+    victim()
+elif kind == "option-flood":
+    before = rss_kib()
+    flood = struct.pack(">QII", OPTS, OPT_LIST, 0) * 4096
+    floods = []
+    for _ in range(4):
+        s = conn()
+        greet(s)
+        s.setblocking(False)
+        sent = 0
+        # Until 250,000 options went out or the server stopped reading
+        # (the socket stays full for 2 s).
+        while sent < 250000 * 16:
+            _, w, _ = select.select([], [s], [], 2)
+            if not w:
+                break
+            try:
+                sent += s.send(flood[sent % len(flood):])
+            except BlockingIOError:
+                pass
+        floods.append(s)
+    run("nbdinfo", "--size", uri)
+    grown = rss_kib() - before
+    # Under AddressSanitizer the RSS says little (quarantine, shadow): the
+    # bound is checked there by test-export-nbd-attack's option-flood.
+    if "libasan" not in open("/proc/%s/maps" % pid).read():
+        assert grown < 8 * 1024, "the server grew by %d KiB" % grown
+    for s in floods:
+        s.close()
+    run("nbdinfo", "--size", uri)
+elif kind == "shared":
+    a = transmission()
+    b = conn()
+    read(b, 18)
+    c = conn()
+    # c waits in the listen backlog: no greeting while a and b are served
+    # (a negative check: a server that greets it does so at once).
+    assert not select.select([c], [], [], 1)[0], "a third was served"
+    b.close()
+    greet(c)        # served once b left
+    c.sendall(struct.pack(">QII", OPTS, 1, 0))
+    read(c, 10)
+    c.close()
+    a.close()
+else:
+    sys.exit("unknown attack '%s'" % kind)
