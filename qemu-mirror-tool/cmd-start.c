@@ -233,6 +233,7 @@ int cmd_start(int argc, char **argv)
     MirrorParams p;
     Job *job;
     int ret = TOOL_EXIT_USAGE;
+    int qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -282,6 +283,8 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
+        { "qmp-max-clients", 0, 0, G_OPTION_ARG_INT, &qmp_max_clients,
+          "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
@@ -342,7 +345,7 @@ int cmd_start(int argc, char **argv)
     job_runner_init(&runner, argv[2], o.progress);
     runner.json = o.json;
     if (o.qmp) {
-        qmp = qmp_server_new(o.qmp, &err);
+        qmp = qmp_server_new(o.qmp, qmp_max_clients, &err);
         if (!qmp) {
             tool_error("%s", err->message);
             job_unref(job);
