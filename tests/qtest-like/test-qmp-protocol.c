@@ -690,6 +690,48 @@ static void test_max_clients_bad(void)
     }
 }
 
+/*
+ * `mirror-tool qmp` checks its ARGS with the server's parser: 100,000 '['
+ * overflowed json-glib's stack; a duplicate key would reach the server.
+ */
+static void test_client_args(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autofree char *sock = g_build_filename(im->dir, "none.sock", NULL);
+    g_autofree char *deep = g_strnfill(100000, '[');
+    const struct {
+        const char *args, *msg;
+    } cases[] = {
+        { deep, "JSON nesting depth limit exceeded" },
+        { "{\"device\": \"a\", \"device\": \"b\"}",
+          "arguments '{\"device\": \"a\", \"device\": \"b\"}': JSON "
+          "parse error, duplicate key" },
+        { "{\"device\": \"a\"} {}", "unexpected text after the value" },
+        { "[]", "expected a JSON object" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        const char *argv[] = {
+            qtest_tool_path(), "qmp", sock, "query-jobs", cases[i].args,
+            NULL,
+        };
+        g_autofree char *out = NULL;
+        g_autofree char *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
+                                   &status, &gerr));
+        g_test_message("%.80s", err);
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 2);
+        g_assert_nonnull(strstr(err, cases[i].msg));
+        /* One line, the value cut short when long. */
+        g_assert_cmpint(strlen(err), <, 200);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -714,5 +756,6 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/protocol/id-exact", test_id_exact);
     g_test_add_func("/qmp/protocol/max-clients", test_max_clients);
     g_test_add_func("/qmp/protocol/max-clients-bad", test_max_clients_bad);
+    g_test_add_func("/qmp/protocol/client-args", test_client_args);
     return g_test_run();
 }
