@@ -115,11 +115,8 @@ static bool qmp_conn_send(QmpConn *c, const char *text)
 
 static void print_node(JsonNode *node)
 {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autofree char *text = NULL;
+    g_autofree char *text = qmp_json_to_string(node);
 
-    json_generator_set_root(gen, node);
-    text = json_generator_to_data(gen, NULL);
     printf("%s\n", text);
     fflush(stdout);
 }
@@ -205,7 +202,6 @@ int cmd_qmp(int argc, char **argv)
     }
     if (argc >= 3) {
         g_autoptr(JsonBuilder) b = json_builder_new();
-        g_autoptr(JsonGenerator) gen = json_generator_new();
 
         json_builder_begin_object(b);
         json_builder_set_member_name(b, "execute");
@@ -239,8 +235,7 @@ int cmd_qmp(int argc, char **argv)
         {
             g_autoptr(JsonNode) root = json_builder_get_root(b);
 
-            json_generator_set_root(gen, root);
-            request = json_generator_to_data(gen, NULL);
+            request = qmp_json_to_string(root);
         }
     }
 

@@ -9,11 +9,137 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <glib-unix.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* ---- JSON output ---- */
+
+/*
+ * Why not json_generator_to_data(): it writes 1e20 as "1e+20.0" and
+ * strings as they are, invalid UTF-8 included: not JSON.
+ */
+
+static void qmp_json_write_string(GString *out, const char *str)
+{
+    g_autofree char *valid = g_utf8_make_valid(str, -1);
+
+    g_string_append_c(out, '"');
+    for (const char *p = valid; *p; p++) {
+        unsigned char c = *p;
+
+        switch (c) {
+        case '"':
+            g_string_append(out, "\\\"");
+            break;
+        case '\\':
+            g_string_append(out, "\\\\");
+            break;
+        case '\b':
+            g_string_append(out, "\\b");
+            break;
+        case '\f':
+            g_string_append(out, "\\f");
+            break;
+        case '\n':
+            g_string_append(out, "\\n");
+            break;
+        case '\r':
+            g_string_append(out, "\\r");
+            break;
+        case '\t':
+            g_string_append(out, "\\t");
+            break;
+        default:
+            if (c < 0x20) {
+                g_string_append_printf(out, "\\u%04x", c);
+            } else {
+                g_string_append_c(out, c);
+            }
+        }
+    }
+    g_string_append_c(out, '"');
+}
+
+static void qmp_json_write(GString *out, JsonNode *node)
+{
+    switch (json_node_get_node_type(node)) {
+    case JSON_NODE_OBJECT: {
+        JsonObject *o = json_node_get_object(node);
+        g_autoptr(GList) names = json_object_get_members(o);
+
+        g_string_append_c(out, '{');
+        for (GList *l = names; l; l = l->next) {
+            if (l != names) {
+                g_string_append_c(out, ',');
+            }
+            qmp_json_write_string(out, l->data);
+            g_string_append_c(out, ':');
+            qmp_json_write(out, json_object_get_member(o, l->data));
+        }
+        g_string_append_c(out, '}');
+        break;
+    }
+    case JSON_NODE_ARRAY: {
+        JsonArray *a = json_node_get_array(node);
+        guint n = json_array_get_length(a);
+
+        g_string_append_c(out, '[');
+        for (guint i = 0; i < n; i++) {
+            if (i) {
+                g_string_append_c(out, ',');
+            }
+            qmp_json_write(out, json_array_get_element(a, i));
+        }
+        g_string_append_c(out, ']');
+        break;
+    }
+    case JSON_NODE_NULL:
+        g_string_append(out, "null");
+        break;
+    case JSON_NODE_VALUE:
+        switch (json_node_get_value_type(node)) {
+        case G_TYPE_INT64:
+            g_string_append_printf(out, "%" G_GINT64_FORMAT,
+                                   json_node_get_int(node));
+            break;
+        case G_TYPE_DOUBLE: {
+            char buf[G_ASCII_DTOSTR_BUF_SIZE];
+            double d = json_node_get_double(node);
+
+            if (isfinite(d)) {
+                g_string_append(out, g_ascii_formatd(buf, sizeof(buf),
+                                                     "%.17g", d));
+            } else {
+                g_string_append(out, "null");
+            }
+            break;
+        }
+        case G_TYPE_BOOLEAN:
+            g_string_append(out, json_node_get_boolean(node) ? "true"
+                                                             : "false");
+            break;
+        case G_TYPE_STRING:
+            qmp_json_write_string(out, json_node_get_string(node));
+            break;
+        default:
+            g_string_append(out, "null");
+        }
+        break;
+    }
+}
+
+char *qmp_json_to_string(JsonNode *node)
+{
+    GString *out = g_string_new(NULL);
+
+    qmp_json_write(out, node);
+    return g_string_free(out, FALSE);
+}
+
 
 /* After EMFILE/ENFILE, accept() again after this long (no busy loop). */
 #define QMP_ACCEPT_BACKOFF_MS   100
@@ -45,7 +171,8 @@ typedef struct QmpJsonParser {
     size_t len;
     size_t pos;
     JsonBuilder *b;
-    QmpJsonLevel *stack;        /* QMP_JSON_MAX_DEPTH entries */
+    QmpJsonLevel *stack;        /* open containers, @cap allocated */
+    int cap;
     int depth;
     /* The top-level object's "id": where its value starts, or SIZE_MAX. */
     size_t id_start;
@@ -277,9 +404,14 @@ static bool qmp_json_number(QmpJsonParser *p, GError **errp)
                                                : (int64_t)mag));
     } else {
         g_autofree char *tok = g_strndup(p->s + start, p->pos - start);
+        double d = g_ascii_strtod(tok, NULL);
 
-        qmp_json_add(p, json_node_init_double(json_node_alloc(),
-                                              g_ascii_strtod(tok, NULL)));
+        /* QEMU keeps 1e400 as inf, which JSON cannot write back. */
+        if (!isfinite(d)) {
+            QMP_JSON_ERROR(errp, "JSON parse error, number out of range");
+            return false;
+        }
+        qmp_json_add(p, json_node_init_double(json_node_alloc(), d));
     }
     return true;
 }
@@ -308,6 +440,10 @@ static bool qmp_json_push(QmpJsonParser *p, bool is_object, GError **errp)
     if (p->depth >= QMP_JSON_MAX_DEPTH) {
         QMP_JSON_ERROR(errp, "JSON nesting depth limit exceeded");
         return false;
+    }
+    if (p->depth == p->cap) {
+        p->cap = MIN(p->cap * 4, QMP_JSON_MAX_DEPTH);
+        p->stack = g_renew(QmpJsonLevel, p->stack, p->cap);
     }
     p->stack[p->depth++] = (QmpJsonLevel) { .is_object = is_object };
     if (is_object) {
@@ -512,7 +648,7 @@ JsonNode *qmp_json_parse_value(const char *text, size_t len, size_t *pos,
     g_autoptr(JsonBuilder) b = json_builder_new();
     QmpJsonParser p = {
         .s = text, .len = len, .pos = *pos, .b = b,
-        .stack = g_new(QmpJsonLevel, QMP_JSON_MAX_DEPTH),
+        .stack = g_new(QmpJsonLevel, 16), .cap = 16,
         .id_start = SIZE_MAX, .id_end = SIZE_MAX,
     };
     bool ok = qmp_json_run(&p, errp);
@@ -725,12 +861,9 @@ static void qmp_client_queue(QmpClient *c, const char *text, size_t len)
 /* Send @msg (consumed), with "id": @id_text (JSON text) if not NULL. */
 static void qmp_client_send(QmpClient *c, JsonNode *msg, const char *id_text)
 {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autofree char *text = NULL;
-    size_t len;
+    g_autofree char *text = qmp_json_to_string(msg);
+    size_t len = strlen(text);
 
-    json_generator_set_root(gen, msg);
-    text = json_generator_to_data(gen, &len);
     json_node_unref(msg);
     if (id_text) {
         /* The object's closing brace is last: the id goes before it. */
@@ -768,9 +901,12 @@ static JsonNode *qmp_return_reply(JsonNode *ret)
     JsonObject *o = json_object_new();
     JsonNode *msg = json_node_new(JSON_NODE_OBJECT);
 
-    json_object_set_member(o, "return",
-                           ret ? ret : json_node_init_object(
-                               json_node_alloc(), json_object_new()));
+    if (!ret) {
+        /* {}: the node takes the object's only reference. */
+        ret = json_node_new(JSON_NODE_OBJECT);
+        json_node_take_object(ret, json_object_new());
+    }
+    json_object_set_member(o, "return", ret);
     json_node_take_object(msg, o);
     return msg;
 }
@@ -832,7 +968,7 @@ static bool qmp_capabilities(QmpClient *c, JsonObject *args, GError **errp)
 static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
                                 const char *id_text)
 {
-    g_autoptr(JsonNode) owned = root;
+    g_autoptr(JsonNode) request = root;
     g_autoptr(GError) err = NULL;
     g_autoptr(JsonObject) empty = json_object_new();
     JsonObject *req, *args = NULL;
@@ -840,12 +976,12 @@ static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
     const char *name;
     QmpCommand *cmd;
 
-    if (!JSON_NODE_HOLDS_OBJECT(root)) {
+    if (!JSON_NODE_HOLDS_OBJECT(request)) {
         g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
                     "QMP input must be a JSON object");
         goto out_error;
     }
-    req = json_node_get_object(root);
+    req = json_node_get_object(request);
     exec = json_object_get_member(req, "execute");
     if (!exec || !JSON_NODE_HOLDS_VALUE(exec) ||
         json_node_get_value_type(exec) != G_TYPE_STRING) {
@@ -1255,12 +1391,9 @@ static JsonNode *qmp_event_new(const char *event, JsonNode *data)
 
 char *qmp_event_to_string(const char *event, JsonNode *data)
 {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
     JsonNode *msg = qmp_event_new(event, data);
-    char *text;
+    char *text = qmp_json_to_string(msg);
 
-    json_generator_set_root(gen, msg);
-    text = json_generator_to_data(gen, NULL);
     json_node_unref(msg);
     return text;
 }

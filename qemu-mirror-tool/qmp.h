@@ -128,7 +128,8 @@ void qmp_server_flush(QmpServer *srv, int timeout_ms);
  * *@pos, strictly as RFC 8259 says, without recursion: at most
  * QMP_JSON_MAX_DEPTH nested arrays and objects, no duplicate key in an
  * object, no \u0000 in strings, valid UTF-8.  Integers that do not fit
- * int64 become doubles (as QEMU does for integers beyond uint64).  On
+ * int64 become doubles (as QEMU does for integers beyond uint64); one
+ * beyond a double's range (1e400) is an error, as JSON cannot say inf.  On
  * success *@pos is just past the value; if @id_text is not NULL and the
  * value is an object with an "id" member, *@id_text is that member's
  * JSON text with whitespace outside strings removed (caller frees).
@@ -139,6 +140,13 @@ JsonNode *qmp_json_parse_value(const char *text, size_t len, size_t *pos,
 
 /* One JSON value making up all of @text (whitespace aside). */
 JsonNode *qmp_json_parse(const char *text, size_t len, GError **errp);
+
+/*
+ * @node as compact JSON text (caller frees), unlike json-glib's generator
+ * always JSON: doubles as %.17g (1e+20, not 1e+20.0), invalid UTF-8 in
+ * strings replaced (U+FFFD), inf and NaN as null.
+ */
+char *qmp_json_to_string(JsonNode *node);
 
 /* ---- argument helpers for command implementations ---- */
 

@@ -467,6 +467,8 @@ static void test_json_limits(void)
         { "{\"execute\": \"query-jobs\", \"id\": tru}", "JSON parse error, "
           "stray 't'" },
         { "}", "JSON parse error, expecting value" },
+        { "{\"execute\": \"query-jobs\", \"id\": 1e400}",
+          "JSON parse error, number out of range" },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
@@ -602,7 +604,7 @@ static void test_id_exact(void)
         "{\"execute\": \"query-jobs\", \"id\": %s}\n", digits);
     g_autofree char *want = g_strdup_printf("\"id\":%s}", digits);
     const char *req2 = "{\"id\" : [ 1.50 , \"a \\\" b\" , {\"k\": -0} , "
-                       "1e400 ], \"execute\": \"nope\"}\n";
+                       "1e300 ], \"execute\": \"nope\"}\n";
     g_autofree char *line = NULL;
     g_autofree char *line2 = NULL;
 
@@ -616,7 +618,7 @@ static void test_id_exact(void)
     line2 = read_reply_line(c);
     g_test_message("reply: %s", line2);
     g_assert_true(g_str_has_suffix(
-        line2, ",\"id\":[1.50,\"a \\\" b\",{\"k\":-0},1e400]}"));
+        line2, ",\"id\":[1.50,\"a \\\" b\",{\"k\":-0},1e300]}"));
     complete_and_exit(q, im);
 }
 
