@@ -708,6 +708,7 @@ typedef struct QmpClient {
     guint in_watch;         /* 0 while paused, after EOF, once dead */
     guint out_watch;
     GString *in;
+    size_t in_scanned;      /* bytes of @in known to hold no newline */
     GString *out;
     int busy;               /* handling its requests: not to be freed */
     bool negotiated;
@@ -761,6 +762,7 @@ static void qmp_client_kill(QmpClient *c, const char *why)
     c->srv->total_output -= c->out->len;
     g_string_truncate(c->out, 0);
     g_string_truncate(c->in, 0);
+    c->in_scanned = 0;
     if (c->in_watch) {
         g_source_remove(c->in_watch);
         c->in_watch = 0;
@@ -1079,16 +1081,23 @@ static void qmp_client_handle_line(QmpClient *c, const char *line,
  */
 static void qmp_client_process(QmpClient *c)
 {
-    char *nl;
-
     c->busy++;
-    while (!c->dead && c->out->len < c->srv->pause_output &&
-           (nl = memchr(c->in->str, '\n', c->in->len))) {
-        size_t len = nl - c->in->str;
-        g_autofree char *line = g_malloc(len + 1);
+    while (!c->dead && c->out->len < c->srv->pause_output) {
+        /* What was searched already has no newline: a long line costs
+         * one pass, not one per read. */
+        char *nl = memchr(c->in->str + c->in_scanned, '\n',
+                          c->in->len - c->in_scanned);
+        size_t len;
+        g_autofree char *line = NULL;
 
-        memcpy(line, c->in->str, len + 1);
+        if (!nl) {
+            c->in_scanned = c->in->len;
+            break;
+        }
+        len = nl - c->in->str;
+        line = g_memdup2(c->in->str, len + 1);
         g_string_erase(c->in, 0, len + 1);
+        c->in_scanned = 0;
         qmp_client_handle_line(c, line, len);
     }
     c->busy--;
@@ -1096,7 +1105,7 @@ static void qmp_client_process(QmpClient *c)
         qmp_server_kick(c->srv);
         return;
     }
-    if (c->in->len > QMP_MAX_LINE && !memchr(c->in->str, '\n', c->in->len)) {
+    if (c->in_scanned > QMP_MAX_LINE) {
         qmp_client_kill(c, "request line too long");
         return;
     }
