@@ -246,6 +246,17 @@ int cmd_qmp(int argc, char **argv)
     {
         g_autoptr(JsonObject) greeting = qmp_conn_read(&c);
 
+        JsonNode *e = greeting ? json_object_get_member(greeting, "error")
+                               : NULL;
+
+        if (e && JSON_NODE_HOLDS_OBJECT(e)) {
+            /* Refused (too many clients). */
+            tool_error("'%s': %s", argv[1],
+                       json_object_get_string_member_with_default(
+                           json_node_get_object(e), "desc", "refused"));
+            ret = TOOL_EXIT_FAILURE;
+            goto out;
+        }
         if (!greeting || !json_object_has_member(greeting, "QMP")) {
             tool_error("'%s' did not greet like a QMP server", argv[1]);
             ret = TOOL_EXIT_FAILURE;

@@ -641,6 +641,26 @@ static void test_max_clients(void)
     g_assert_true(qtest_conn_wait_eof(c3, QTEST_REPLY_TIMEOUT_S));
     qtest_conn_free(c3);
 
+    /* mirror-tool qmp says why. */
+    {
+        const char *argv[] = {
+            qtest_tool_path(), "qmp", qtest_socket_path(q), "query-jobs",
+            NULL,
+        };
+        g_autofree char *out = NULL;
+        g_autofree char *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
+                                   &status, &gerr));
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 1);
+        g_assert_nonnull(strstr(err, "Too many QMP clients (at most 2, "
+                                "--qmp-max-clients)"));
+    }
+
     /* A place frees up when a client leaves. */
     qtest_conn_free(c2);
     for (int i = 0; i < 2; i++) {
