@@ -1,5 +1,7 @@
 /*
- * The QMP server: UNIX socket, clients, negotiation, dispatch, events.
+ * The QMP server: UNIX socket, clients, negotiation, dispatch, events;
+ * and the JSON reader and writer it uses instead of json-glib's (see
+ * "---- JSON ----" for why).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -9,8 +11,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <glib-unix.h>
+#include <math.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
