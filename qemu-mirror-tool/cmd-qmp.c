@@ -11,6 +11,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include "qemu-mirror-tool/qmp.h"
 #include "qemu-mirror-tool/tool.h"
 #include "util/cutils.h"
 
@@ -21,6 +22,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* A server message longer than this is not a QMP server's. */
+#define QMP_CLIENT_MAX_LINE     (64 << 20)
 
 typedef struct QmpConn {
     int fd;
@@ -47,29 +51,35 @@ static bool qmp_conn_open(QmpConn *c, const char *path)
     return true;
 }
 
-/* The next message (a parsed JSON object), or NULL on EOF or timeout. */
+/*
+ * The next message (a parsed JSON object), or NULL on EOF or timeout.
+ * Lines that are not JSON objects are skipped; the server's lines are
+ * parsed with the server's own limits (nesting, duplicate keys).
+ */
 static JsonObject *qmp_conn_read(QmpConn *c)
 {
     for (;;) {
         char *nl = memchr(c->in->str, '\n', c->in->len);
-        char buf[4096];
+        char buf[65536];
         struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
         int left;
         ssize_t n;
 
         if (nl) {
-            g_autofree char *line = g_strndup(c->in->str,
-                                              nl - c->in->str);
-            g_autoptr(JsonParser) p = json_parser_new();
-            JsonNode *root;
+            size_t len = nl - c->in->str;
+            g_autoptr(JsonNode) root = qmp_json_parse(c->in->str, len,
+                                                      NULL);
 
-            g_string_erase(c->in, 0, nl - c->in->str + 1);
-            if (json_parser_load_from_data(p, line, -1, NULL) &&
-                (root = json_parser_get_root(p)) &&
-                JSON_NODE_HOLDS_OBJECT(root)) {
+            g_string_erase(c->in, 0, len + 1);
+            if (root && JSON_NODE_HOLDS_OBJECT(root)) {
                 return json_object_ref(json_node_get_object(root));
             }
             continue;
+        }
+        if (c->in->len > QMP_CLIENT_MAX_LINE) {
+            tool_error("the server sent a line longer than %d MiB",
+                       QMP_CLIENT_MAX_LINE >> 20);
+            return NULL;
         }
         left = (c->deadline_us - g_get_monotonic_time()) / 1000;
         if (left <= 0 || poll(&pfd, 1, left) <= 0) {
@@ -105,11 +115,8 @@ static bool qmp_conn_send(QmpConn *c, const char *text)
 
 static void print_node(JsonNode *node)
 {
-    g_autoptr(JsonGenerator) gen = json_generator_new();
-    g_autofree char *text = NULL;
+    g_autofree char *text = qmp_json_to_string(node);
 
-    json_generator_set_root(gen, node);
-    text = json_generator_to_data(gen, NULL);
     printf("%s\n", text);
     fflush(stdout);
 }
@@ -194,32 +201,41 @@ int cmd_qmp(int argc, char **argv)
         return TOOL_EXIT_USAGE;
     }
     if (argc >= 3) {
-        g_autoptr(JsonParser) p = json_parser_new();
         g_autoptr(JsonBuilder) b = json_builder_new();
-        g_autoptr(JsonGenerator) gen = json_generator_new();
 
         json_builder_begin_object(b);
         json_builder_set_member_name(b, "execute");
         json_builder_add_string_value(b, argv[2]);
         if (argc == 4) {
-            JsonNode *a;
+            /* The server's parser and limits: what it would refuse, and
+             * what would overflow json-glib's stack, fails here. */
+            size_t len = strlen(argv[3]);
+            g_autofree char *shown = len > 64
+                ? g_strdup_printf("%.64s...", argv[3]) : g_strdup(argv[3]);
+            g_autoptr(JsonNode) a = NULL;
 
-            if (!json_parser_load_from_data(p, argv[3], -1, &err) ||
-                !(a = json_parser_get_root(p)) ||
-                !JSON_NODE_HOLDS_OBJECT(a)) {
-                tool_error("arguments '%s': expected a JSON object",
-                           argv[3]);
+            if (len > QMP_MAX_LINE) {
+                tool_error("arguments '%s': longer than %d KiB", shown,
+                           QMP_MAX_LINE >> 10);
+                return TOOL_EXIT_USAGE;
+            }
+            a = qmp_json_parse(argv[3], len, &err);
+            if (!a) {
+                tool_error("arguments '%s': %s", shown, err->message);
+                return TOOL_EXIT_USAGE;
+            }
+            if (!JSON_NODE_HOLDS_OBJECT(a)) {
+                tool_error("arguments '%s': expected a JSON object", shown);
                 return TOOL_EXIT_USAGE;
             }
             json_builder_set_member_name(b, "arguments");
-            json_builder_add_value(b, json_node_copy(a));
+            json_builder_add_value(b, g_steal_pointer(&a));
         }
         json_builder_end_object(b);
         {
             g_autoptr(JsonNode) root = json_builder_get_root(b);
 
-            json_generator_set_root(gen, root);
-            request = json_generator_to_data(gen, NULL);
+            request = qmp_json_to_string(root);
         }
     }
 
@@ -230,6 +246,17 @@ int cmd_qmp(int argc, char **argv)
     {
         g_autoptr(JsonObject) greeting = qmp_conn_read(&c);
 
+        JsonNode *e = greeting ? json_object_get_member(greeting, "error")
+                               : NULL;
+
+        if (e && JSON_NODE_HOLDS_OBJECT(e)) {
+            /* Refused (too many clients). */
+            tool_error("'%s': %s", argv[1],
+                       json_object_get_string_member_with_default(
+                           json_node_get_object(e), "desc", "refused"));
+            ret = TOOL_EXIT_FAILURE;
+            goto out;
+        }
         if (!greeting || !json_object_has_member(greeting, "QMP")) {
             tool_error("'%s' did not greet like a QMP server", argv[1]);
             ret = TOOL_EXIT_FAILURE;

@@ -358,6 +358,7 @@ int cmd_start(int argc, char **argv)
     int ret = TOOL_EXIT_USAGE;
     g_autofree char *export_shared = NULL;
     g_autofree char *export_payload_timeout = NULL;
+    int qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -417,6 +418,8 @@ int cmd_start(int argc, char **argv)
           "the export drops a client whose WRITE payload has not arrived "
           "SECONDS after its header, 0..86400, 0: never (default 30)",
           "SECONDS" },
+        { "qmp-max-clients", 0, 0, G_OPTION_ARG_INT, &qmp_max_clients,
+          "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
@@ -508,7 +511,7 @@ int cmd_start(int argc, char **argv)
     runner.json = o.json;
     runner.stall_warning_s = stall_warning;
     if (o.qmp) {
-        qmp = qmp_server_new(o.qmp, &err);
+        qmp = qmp_server_new(o.qmp, qmp_max_clients, &err);
         if (!qmp) {
             tool_error("%s", err->message);
             job_unref(job);

@@ -6,9 +6,14 @@
  * request's id), and asynchronous {"event": ..., "data": ...,
  * "timestamp": {"seconds": ..., "microseconds": ...}} messages.
  *
- * Messages are JSON objects, one per line.  Every client is served from
- * the main loop with non-blocking sockets; a client that does not read its
- * replies is dropped rather than allowed to stall the job.
+ * Messages are JSON objects, one per line (several objects on one line
+ * are handled in turn, as QEMU's JSON streamer does).  Every client is
+ * served from the main loop with non-blocking sockets.  No client can
+ * crash or stall the process (docs/security.md): requests are parsed by
+ * our own strict parser with QEMU's nesting limit and a duplicate-key
+ * check; a client that sends more than it reads is paused, then dropped
+ * past an output cap; the number of clients is limited; a client that
+ * must go is closed from the main loop, never under a caller.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -42,8 +47,46 @@ GQuark qmp_error_quark(void);
 typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
                                  GError **errp);
 
-/* Listen on the UNIX socket @path (replacing a stale socket file). */
-QmpServer *qmp_server_new(const char *path, GError **errp);
+/* Clients at a time unless --qmp-max-clients says otherwise. */
+#define QMP_DEFAULT_MAX_CLIENTS     16
+#define QMP_MAX_MAX_CLIENTS         1024
+
+/* A request line longer than this drops its client. */
+#define QMP_MAX_LINE                (1 << 20)
+/* Output one client may leave unread before it is dropped... */
+#define QMP_MAX_CLIENT_OUTPUT       (16 << 20)
+/* ...and all clients together (the largest backlog is dropped first). */
+#define QMP_MAX_TOTAL_OUTPUT        (64 << 20)
+/* Past this much unread output, a client's requests wait (not read). */
+#define QMP_PAUSE_OUTPUT            (1 << 20)
+/* QEMU's limit on nested arrays and objects (MAX_NESTING in
+ * qobject/json-streamer.c). */
+#define QMP_JSON_MAX_DEPTH          1024
+
+/*
+ * Listen on the UNIX socket @path (replacing a stale socket file) and
+ * serve at most @max_clients (1..QMP_MAX_MAX_CLIENTS) clients at a time;
+ * a client beyond that gets one error line and is closed.  @path NULL:
+ * no socket, clients come from qmp_server_add_client() only (fuzzing).
+ */
+QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp);
+
+/*
+ * Serve the connected stream socket @fd (taken over, made non-blocking)
+ * as a client, greeting it.  False (and @fd closed) when the server has
+ * @max_clients already.
+ */
+bool qmp_server_add_client(QmpServer *srv, int fd);
+
+/* Clients, including those closing but not yet freed by the main loop. */
+unsigned qmp_server_client_count(QmpServer *srv);
+
+/*
+ * Lower the output caps (QMP_MAX_CLIENT_OUTPUT, QMP_MAX_TOTAL_OUTPUT) and
+ * the pause threshold, so that the fuzzer reaches the drop paths.
+ */
+void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
+                                  size_t per_client, size_t total);
 
 /* Close every connection, stop listening and remove the socket file. */
 void qmp_server_free(QmpServer *srv);
@@ -74,10 +117,36 @@ void qmp_server_set_negotiated_cb(QmpServer *srv, void (*fn)(void *),
                                   void *opaque);
 
 /*
- * Write what is queued for every client, waiting at most @timeout_ms in
- * total (before exiting, so that the last events reach their readers).
+ * Write what is queued for every client, all at once, waiting at most
+ * @timeout_ms (before exiting, so that the last events reach their
+ * readers): a client that does not read delays no other one.
  */
 void qmp_server_flush(QmpServer *srv, int timeout_ms);
+
+/*
+ * Parse one JSON value from @text (@len bytes, NUL bytes included) at
+ * *@pos, strictly as RFC 8259 says, without recursion: at most
+ * QMP_JSON_MAX_DEPTH nested arrays and objects, no duplicate key in an
+ * object, no \u0000 in strings, valid UTF-8.  Integers that do not fit
+ * int64 become doubles (as QEMU does for integers beyond uint64); one
+ * beyond a double's range (1e400) is an error, as JSON cannot say inf.  On
+ * success *@pos is just past the value; if @id_text is not NULL and the
+ * value is an object with an "id" member, *@id_text is that member's
+ * JSON text with whitespace outside strings removed (caller frees).
+ * Errors are worded as QEMU's ("JSON parse error, duplicate key").
+ */
+JsonNode *qmp_json_parse_value(const char *text, size_t len, size_t *pos,
+                               char **id_text, GError **errp);
+
+/* One JSON value making up all of @text (whitespace aside). */
+JsonNode *qmp_json_parse(const char *text, size_t len, GError **errp);
+
+/*
+ * @node as compact JSON text (caller frees), unlike json-glib's generator
+ * always JSON: doubles as %.17g (1e+20, not 1e+20.0), invalid UTF-8 in
+ * strings replaced (U+FFFD), inf and NaN as null.
+ */
+char *qmp_json_to_string(JsonNode *node);
 
 /* ---- argument helpers for command implementations ---- */
 

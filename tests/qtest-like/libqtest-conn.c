@@ -136,6 +136,29 @@ JsonObject *qtest_conn_read_deadline(QTestConn *c, gint64 deadline)
     }
 }
 
+char *qtest_conn_read_line(QTestConn *c, int timeout_s)
+{
+    gint64 deadline = g_get_monotonic_time() + timeout_s * G_USEC_PER_SEC;
+
+    for (;;) {
+        char *nl = memchr(c->in->str, '\n', c->in->len);
+
+        if (nl) {
+            size_t len = nl - c->in->str;
+            char *line = g_strndup(c->in->str, len);
+
+            g_string_erase(c->in, 0, len + 1);
+            if (len && line[len - 1] == '\r') {
+                line[len - 1] = 0;
+            }
+            return line;
+        }
+        if (qtest_conn_fill(c, deadline) <= 0) {
+            return NULL;
+        }
+    }
+}
+
 JsonObject *qtest_conn_read(QTestConn *c, int timeout_s)
 {
     return qtest_conn_read_deadline(c, g_get_monotonic_time() +

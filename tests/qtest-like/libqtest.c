@@ -159,11 +159,10 @@ static int qtest_try_connect(const char *path)
     return fd;
 }
 
-QTestConn *qtest_connect(QTestState *q, bool negotiate)
+QTestConn *qtest_connect_raw(QTestState *q)
 {
     gint64 deadline = g_get_monotonic_time() +
                       QTEST_REPLY_TIMEOUT_S * G_USEC_PER_SEC;
-    QTestConn *c;
     int fd;
 
     /* Bounded polling for the socket: it appears when the tool listens. */
@@ -178,7 +177,16 @@ QTestConn *qtest_connect(QTestState *q, bool negotiate)
         }
         g_usleep(5000);
     }
-    c = qtest_conn_new(q, fd);
+    return qtest_conn_new(q, fd);
+}
+
+QTestConn *qtest_connect(QTestState *q, bool negotiate)
+{
+    gint64 deadline = g_get_monotonic_time() +
+                      QTEST_REPLY_TIMEOUT_S * G_USEC_PER_SEC;
+    QTestConn *c;
+
+    c = qtest_connect_raw(q);
     c->greeting = qtest_conn_read_deadline(c, deadline);
     if (!c->greeting || !json_object_has_member(c->greeting, "QMP")) {
         qtest_die(q, "no QMP greeting");

@@ -73,6 +73,9 @@ const char *qtest_socket_path(QTestState *q);
 
 /* Another connection: greeting read; negotiated if @negotiate. */
 QTestConn *qtest_connect(QTestState *q, bool negotiate);
+
+/* Another connection, nothing read (a refused client: no greeting). */
+QTestConn *qtest_connect_raw(QTestState *q);
 void qtest_conn_free(QTestConn *c);
 
 /* The greeting ({"QMP": ...}), owned by the connection. */
@@ -87,6 +90,13 @@ bool qtest_conn_send_raw(QTestConn *c, const char *data, size_t len);
  * end of file or after @timeout_s.  Caller unrefs.
  */
 JsonObject *qtest_conn_read(QTestConn *c, int timeout_s);
+
+/*
+ * The next line as sent (without its CR LF), for what a JSON parser
+ * would change (a 100-digit id); NULL on end of file or after
+ * @timeout_s.  Caller frees.
+ */
+char *qtest_conn_read_line(QTestConn *c, int timeout_s);
 
 /* Did the server close the connection (EOF within @timeout_s)? */
 bool qtest_conn_wait_eof(QTestConn *c, int timeout_s);

@@ -11,6 +11,7 @@
 #include "util/cutils.h"
 
 #include <string.h>
+#include <sys/wait.h>
 
 #define IMAGE_SIZE (4 * MiB)
 
@@ -398,6 +399,362 @@ static void test_quit(void)
     g_assert_nonnull(strstr(qtest_stderr(q), "cancelled"));
 }
 
+/* The next reply on @c, skipping events. */
+static JsonObject *read_reply(QTestConn *c)
+{
+    for (;;) {
+        JsonObject *r = qtest_conn_read(c, QTEST_REPLY_TIMEOUT_S);
+
+        g_assert_nonnull(r);
+        if (!json_object_has_member(r, "event")) {
+            return r;
+        }
+        json_object_unref(r);
+    }
+}
+
+/* The next reply line on @c as sent, skipping events. */
+static char *read_reply_line(QTestConn *c)
+{
+    for (;;) {
+        char *line = qtest_conn_read_line(c, QTEST_REPLY_TIMEOUT_S);
+
+        g_assert_nonnull(line);
+        if (!g_str_has_prefix(line, "{\"event\"")) {
+            return line;
+        }
+        g_free(line);
+    }
+}
+
+/*
+ * Our own JSON parser (issue 28): QEMU's nesting limit, duplicate keys,
+ * NUL bytes, strict RFC 8259, numbers beyond int64; each error worded as
+ * QEMU's and the connection still serving.
+ */
+static void test_json_limits(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_conn(q);
+    g_autofree char *open1024 = g_strnfill(1024, '[');
+    g_autofree char *close1024 = g_strnfill(1024, ']');
+    g_autofree char *deep_ok = NULL;
+    g_autofree char *deep_bad = NULL;
+    g_autofree char *deep_open = NULL;
+    static const struct {
+        const char *line, *desc;
+    } cases[] = {
+        { "{\"execute\": \"query-jobs\", \"execute\": \"quit\"}",
+          "JSON parse error, duplicate key" },
+        { "{\"execute\": \"query-jobs\", \"\\u0065xecute\": \"quit\"}",
+          "JSON parse error, duplicate key" },
+        { "{\"execute\": \"query-jobs\", \"arguments\": {\"a\": 1, "
+          "\"a\": 2}}", "JSON parse error, duplicate key" },
+        { "{\"execute\": \"query-jobs\", \"id\": \"a\\u0000b\"}",
+          "JSON parse error, \\u0000 is not supported" },
+        { "{'execute': 'query-jobs'}", "JSON parse error, key is not a "
+          "string in object" },
+        { "{\"execute\": \"query-jobs\",}", "JSON parse error, key is not "
+          "a string in object" },
+        { "{\"execute\": \"query-jobs\" /* c */}", "JSON parse error, "
+          "expected separator in dict" },
+        { "{\"execute\": \"query-jobs\", \"id\": 0x10}", "JSON parse "
+          "error, expected separator in dict" },
+        { "{\"execute\": \"query-jobs\", \"id\": [1,]}", "JSON parse "
+          "error, expecting value" },
+        { "{\"execute\": \"query-jobs\", \"id\": \"\\ud800\"}", "JSON parse "
+          "error, invalid \\u escape (lone surrogate)" },
+        { "{\"execute\": \"query-jobs\", \"id\": tru}", "JSON parse error, "
+          "stray 't'" },
+        { "}", "JSON parse error, expecting value" },
+        { "{\"execute\": \"query-jobs\", \"id\": 1e400}",
+          "JSON parse error, number out of range" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(JsonObject) r = qtest_conn_qmp_raw(c, cases[i].line);
+
+        assert_error(r, "GenericError", cases[i].desc);
+    }
+    /* 1024 levels are fine, 1025 are not (QEMU's MAX_NESTING). */
+    deep_ok = g_strdup_printf("%s%s", open1024, close1024);
+    deep_bad = g_strdup_printf("[%s%s]", open1024, close1024);
+    deep_open = g_strnfill(100000, '[');
+    {
+        g_autoptr(JsonObject) r1 = qtest_conn_qmp_raw(c, deep_ok);
+        g_autoptr(JsonObject) r2 = qtest_conn_qmp_raw(c, deep_bad);
+        g_autoptr(JsonObject) r3 = qtest_conn_qmp_raw(c, deep_open);
+
+        assert_error(r1, "GenericError", "QMP input must be a JSON object");
+        assert_error(r2, "GenericError",
+                     "JSON nesting depth limit exceeded");
+        assert_error(r3, "GenericError",
+                     "JSON nesting depth limit exceeded");
+    }
+    /* A line that starts with NUL is answered, not skipped. */
+    {
+        static const char nul[] = "\0{\"execute\": \"quit\"}\n";
+        g_autoptr(JsonObject) r = NULL;
+
+        g_assert_true(qtest_conn_send_raw(c, nul, sizeof(nul) - 1));
+        r = read_reply(c);
+        assert_error(r, "GenericError", "JSON parse error, stray byte 0x00");
+    }
+    /* Beyond int64 is not an integer (json-glib wrapped it to -1). */
+    {
+        g_autoptr(JsonObject) r = qtest_conn_qmp_raw(
+            c, "{\"execute\": \"block-job-set-speed\", \"arguments\": "
+            "{\"device\": \"mirror\", \"speed\": "
+            "99999999999999999999999999999}}");
+
+        assert_error(r, "GenericError",
+                     "Invalid parameter type for 'speed', expected: "
+                     "integer");
+    }
+    complete_and_exit(q, im);
+}
+
+/* Every object on a line is handled, in order (QEMU's streamer). */
+static void test_multi_object_line(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_conn(q);
+    const char *line = "{\"execute\": \"query-jobs\", \"id\": 1} "
+                       "{\"execute\": \"nope\", \"id\": 2}{\"execute\": "
+                       "\"query-block-jobs\", \"id\": 3}\n";
+    const char *bad = "{\"execute\": \"query-jobs\", \"id\": 4} {\"x\" 1} "
+                      "{\"execute\": \"quit\"}\n";
+    g_autoptr(JsonObject) r1 = NULL;
+    g_autoptr(JsonObject) r2 = NULL;
+    g_autoptr(JsonObject) r3 = NULL;
+    g_autoptr(JsonObject) r4 = NULL;
+    g_autoptr(JsonObject) r5 = NULL;
+    g_autoptr(JsonObject) r6 = NULL;
+
+    g_assert_true(qtest_conn_send_raw(c, line, strlen(line)));
+    r1 = read_reply(c);
+    r2 = read_reply(c);
+    r3 = read_reply(c);
+    g_assert_true(json_object_has_member(r1, "return"));
+    g_assert_cmpint(qtest_json_int(r1, "id"), ==, 1);
+    assert_error(r2, "CommandNotFound", NULL);
+    g_assert_cmpint(qtest_json_int(r2, "id"), ==, 2);
+    g_assert_true(json_object_has_member(r3, "return"));
+    g_assert_cmpint(qtest_json_int(r3, "id"), ==, 3);
+
+    /* An error ends the line: the rest is not run (no quit). */
+    g_assert_true(qtest_conn_send_raw(c, bad, strlen(bad)));
+    r4 = read_reply(c);
+    r5 = read_reply(c);
+    g_assert_cmpint(qtest_json_int(r4, "id"), ==, 4);
+    assert_error(r5, "GenericError",
+                 "JSON parse error, missing : in object pair");
+    r6 = qtest_conn_qmp(c, "query-jobs", NULL);
+    g_assert_true(json_object_has_member(r6, "return"));
+    g_assert_false(qtest_exited(q));
+    complete_and_exit(q, im);
+}
+
+/* qmp_capabilities "enable": nothing is offered, as the greeting says. */
+static void test_capabilities_enable(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT |
+                                         QTEST_NO_NEGOTIATE);
+    QTestConn *c = qtest_conn(q);
+    static const struct {
+        const char *args, *cls, *desc;
+    } cases[] = {
+        { "{\"enable\": [\"oob\"]}", "GenericError",
+          "Capability oob not available" },
+        { "{\"enable\": [\"bogus\"]}", "GenericError",
+          "Parameter 'enable[0]' does not accept value 'bogus'" },
+        { "{\"enable\": \"oob\"}", "GenericError",
+          "Invalid parameter type for 'enable', expected: array" },
+        { "{\"enable\": [1]}", "GenericError",
+          "Invalid parameter type for 'enable[0]', expected: string" },
+        { "{\"x\": 1}", "GenericError", "Parameter 'x' is unexpected" },
+    };
+    g_autoptr(JsonObject) ok = NULL;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(JsonObject) r = qtest_conn_qmp(c, "qmp_capabilities",
+                                                 "%s", cases[i].args);
+        g_autoptr(JsonObject) still = NULL;
+
+        assert_error(r, cases[i].cls, cases[i].desc);
+        /* Negotiation did not happen. */
+        still = qtest_conn_qmp(c, "query-jobs", NULL);
+        assert_error(still, "CommandNotFound", NULL);
+    }
+    ok = qtest_conn_qmp(c, "qmp_capabilities", "{\"enable\": []}");
+    g_assert_true(json_object_has_member(ok, "return"));
+    complete_and_exit(q, im);
+}
+
+/* Ids come back as their JSON text (a 100-digit number stays itself). */
+static void test_id_exact(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = start_tool(im, QTEST_QMP_WAIT);
+    QTestConn *c = qtest_conn(q);
+    g_autofree char *digits = g_strnfill(100, '7');
+    g_autofree char *req = g_strdup_printf(
+        "{\"execute\": \"query-jobs\", \"id\": %s}\n", digits);
+    g_autofree char *want = g_strdup_printf("\"id\":%s}", digits);
+    const char *req2 = "{\"id\" : [ 1.50 , \"a \\\" b\" , {\"k\": -0} , "
+                       "1e300 ], \"execute\": \"nope\"}\n";
+    g_autofree char *line = NULL;
+    g_autofree char *line2 = NULL;
+
+    g_assert_true(qtest_conn_send_raw(c, req, strlen(req)));
+    line = read_reply_line(c);
+    g_test_message("reply: %s", line);
+    g_assert_true(g_str_has_prefix(line, "{\"return\":"));
+    g_assert_true(g_str_has_suffix(line, want));
+
+    g_assert_true(qtest_conn_send_raw(c, req2, strlen(req2)));
+    line2 = read_reply_line(c);
+    g_test_message("reply: %s", line2);
+    g_assert_true(g_str_has_suffix(
+        line2, ",\"id\":[1.50,\"a \\\" b\",{\"k\":-0},1e300]}"));
+    complete_and_exit(q, im);
+}
+
+/* --qmp-max-clients: one more client is refused with an error line. */
+static void test_max_clients(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autoptr(QTestState) q = qtest_start(im->dir, QTEST_QMP_WAIT,
+                                          "--qmp-max-clients", "2",
+                                          im->src, im->dst, NULL);
+    QTestConn *c2 = qtest_connect(q, true);
+    QTestConn *c3 = qtest_connect_raw(q);
+    g_autofree char *line = qtest_conn_read_line(c3, QTEST_REPLY_TIMEOUT_S);
+    g_autoptr(JsonObject) r = NULL;
+
+    g_assert_nonnull(line);
+    g_assert_cmpstr(line, ==, "{\"error\": {\"class\": \"GenericError\", "
+                    "\"desc\": \"Too many QMP clients (at most 2, "
+                    "--qmp-max-clients)\"}}");
+    g_assert_true(qtest_conn_wait_eof(c3, QTEST_REPLY_TIMEOUT_S));
+    qtest_conn_free(c3);
+
+    /* mirror-tool qmp says why. */
+    {
+        const char *argv[] = {
+            qtest_tool_path(), "qmp", qtest_socket_path(q), "query-jobs",
+            NULL,
+        };
+        g_autofree char *out = NULL;
+        g_autofree char *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
+                                   &status, &gerr));
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 1);
+        g_assert_nonnull(strstr(err, "Too many QMP clients (at most 2, "
+                                "--qmp-max-clients)"));
+    }
+
+    /* A place frees up when a client leaves. */
+    qtest_conn_free(c2);
+    for (int i = 0; i < 2; i++) {
+        /* The server may not have seen c2's close yet: try again. */
+        c2 = qtest_connect_raw(q);
+        g_free(line);
+        line = qtest_conn_read_line(c2, QTEST_REPLY_TIMEOUT_S);
+        g_assert_nonnull(line);
+        if (g_str_has_prefix(line, "{\"QMP\"")) {
+            break;
+        }
+        qtest_conn_free(c2);
+        c2 = NULL;
+        qtest_qmp_assert_success(q, "query-jobs", NULL);
+    }
+    g_assert_nonnull(c2);
+    g_assert_true(g_str_has_prefix(line, "{\"QMP\""));
+    r = qtest_qmp(q, "query-jobs", NULL);
+    g_assert_true(json_object_has_member(r, "return"));
+    complete_and_exit(q, im);
+}
+
+/* A bad --qmp-max-clients: exit 2, one line naming it, no socket. */
+static void test_max_clients_bad(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autofree char *sock = g_build_filename(im->dir, "qmp.sock", NULL);
+    static const char *const values[] = { "0", "1025", "-1", "many" };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(values); i++) {
+        const char *argv[] = {
+            qtest_tool_path(), "start", "--qmp", sock, "--qmp-max-clients",
+            values[i], im->src, im->dst, NULL,
+        };
+        g_autofree char *out = NULL;
+        g_autofree char *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
+                                   &status, &gerr));
+        g_test_message("--qmp-max-clients %s: %s", values[i], err);
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 2);
+        g_assert_nonnull(strstr(err, values[i]));
+        g_assert_nonnull(strstr(err, "--qmp-max-clients"));
+        g_assert_false(g_file_test(sock, G_FILE_TEST_EXISTS));
+    }
+}
+
+/*
+ * `mirror-tool qmp` checks its ARGS with the server's parser: 100,000 '['
+ * overflowed json-glib's stack; a duplicate key would reach the server.
+ */
+static void test_client_args(void)
+{
+    g_autoptr(QTestImages) im = qtest_images_new(IMAGE_SIZE);
+    g_autofree char *sock = g_build_filename(im->dir, "none.sock", NULL);
+    g_autofree char *deep = g_strnfill(100000, '[');
+    const struct {
+        const char *args, *msg;
+    } cases[] = {
+        { deep, "JSON nesting depth limit exceeded" },
+        { "{\"device\": \"a\", \"device\": \"b\"}",
+          "arguments '{\"device\": \"a\", \"device\": \"b\"}': JSON "
+          "parse error, duplicate key" },
+        { "{\"device\": \"a\"} {}", "unexpected text after the value" },
+        { "[]", "expected a JSON object" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        const char *argv[] = {
+            qtest_tool_path(), "qmp", sock, "query-jobs", cases[i].args,
+            NULL,
+        };
+        g_autofree char *out = NULL;
+        g_autofree char *err = NULL;
+        g_autoptr(GError) gerr = NULL;
+        int status;
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
+                                   &status, &gerr));
+        g_test_message("%.80s", err);
+        g_assert_true(WIFEXITED(status));
+        g_assert_cmpint(WEXITSTATUS(status), ==, 2);
+        g_assert_nonnull(strstr(err, cases[i].msg));
+        /* One line, the value cut short when long. */
+        g_assert_cmpint(strlen(err), <, 200);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -414,5 +771,14 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/protocol/pipelined-cancel",
                     test_pipelined_cancel);
     g_test_add_func("/qmp/protocol/quit", test_quit);
+    g_test_add_func("/qmp/protocol/json-limits", test_json_limits);
+    g_test_add_func("/qmp/protocol/multi-object-line",
+                    test_multi_object_line);
+    g_test_add_func("/qmp/protocol/capabilities-enable",
+                    test_capabilities_enable);
+    g_test_add_func("/qmp/protocol/id-exact", test_id_exact);
+    g_test_add_func("/qmp/protocol/max-clients", test_max_clients);
+    g_test_add_func("/qmp/protocol/max-clients-bad", test_max_clients_bad);
+    g_test_add_func("/qmp/protocol/client-args", test_client_args);
     return g_test_run();
 }
