@@ -1,5 +1,6 @@
 /*
- * mirror-tool serve: export an image over NBD until SIGINT or SIGTERM.
+ * mirror-tool serve: export an image over NBD until SIGINT, SIGTERM or
+ * SIGHUP.
  *
  * On a signal the server stops listening, lets connected clients receive
  * the replies to what they sent (up to 5 s; a second signal cuts this
@@ -82,7 +83,7 @@ int cmd_serve(int argc, char **argv)
     gboolean read_only = FALSE;
     ServeState s = { 0 };
     NbdServer *srv;
-    guint sigint, sigterm;
+    guint sigint, sigterm, sighup;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
           "image format (default: probe)", "FMT" },
@@ -101,7 +102,7 @@ int cmd_serve(int argc, char **argv)
 
     ctx = g_option_context_new("ADDR IMG");
     g_option_context_set_summary(ctx,
-        "Export an image over NBD until SIGINT or SIGTERM.\n\n"
+        "Export an image over NBD until SIGINT, SIGTERM or SIGHUP.\n\n"
         "ADDR is unix:PATH or tcp:HOST:PORT (PORT 0 picks a free port).\n"
         "Once listening, \"serving on ADDR\" is printed on stdout.\n"
         "A client that stops reading or sending stalls only itself: see\n"
@@ -138,6 +139,8 @@ int cmd_serve(int argc, char **argv)
     nbdsrv_set_payload_timeout(srv, payload_s * 1000);
     sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
     sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
+    /* A dropped ssh session: stop as on SIGTERM, flushing what we served. */
+    sighup = g_unix_signal_add(SIGHUP, serve_signal_cb, &s);
     printf("serving on %s\n", nbdsrv_get_address(srv));
     fflush(stdout);
 
@@ -147,6 +150,7 @@ int cmd_serve(int argc, char **argv)
     serve_stop(srv, &s);
     g_source_remove(sigint);
     g_source_remove(sigterm);
+    g_source_remove(sighup);
 
     if (!read_only) {
         bdrv_aio_flush(bs, serve_flush_cb, &s);

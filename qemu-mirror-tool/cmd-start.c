@@ -358,7 +358,10 @@ int cmd_start(int argc, char **argv)
     int ret = TOOL_EXIT_USAGE;
     g_autofree char *export_shared = NULL;
     g_autofree char *export_payload_timeout = NULL;
-    int qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
+    g_autofree char *qmp_max_clients_str = NULL;
+    int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
+    int64_t shared = NBDSRV_DEFAULT_SHARED;
+    int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -418,7 +421,7 @@ int cmd_start(int argc, char **argv)
           "the export drops a client whose WRITE payload has not arrived "
           "SECONDS after its header, 0..86400, 0: never (default 30)",
           "SECONDS" },
-        { "qmp-max-clients", 0, 0, G_OPTION_ARG_INT, &qmp_max_clients,
+        { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
           "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
@@ -442,6 +445,28 @@ int cmd_start(int argc, char **argv)
         !tool_expect_args("start", argc, 2, "a source and a target") ||
         !start_parse(&o, &p, &stall_warning, nbd_opts) ||
         !start_check_paths(&o, argv[1], argv[2])) {
+        goto out;
+    }
+    /* The listeners' limits, before anything is opened. */
+    if ((export_shared || export_payload_timeout) && !o.export_addr) {
+        tool_error("--export-shared and --export-payload-timeout need "
+                   "--export ADDR");
+        goto out;
+    }
+    if (qmp_max_clients_str && !o.qmp) {
+        tool_error("--qmp-max-clients needs --qmp PATH");
+        goto out;
+    }
+    if ((export_shared &&
+         !parse_count("--export-shared", export_shared, 1,
+                      NBDSRV_MAX_SHARED, &shared, &err)) ||
+        (export_payload_timeout &&
+         !parse_count("--export-payload-timeout", export_payload_timeout,
+                      0, 86400, &payload_s, &err)) ||
+        (qmp_max_clients_str &&
+         !parse_count("--qmp-max-clients", qmp_max_clients_str, 1,
+                      QMP_MAX_MAX_CLIENTS, &qmp_max_clients, &err))) {
+        tool_error("%s", err->message);
         goto out;
     }
     if (bdrv_same_storage(argv[1], argv[2])) {
@@ -468,26 +493,7 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
 
-    if ((export_shared || export_payload_timeout) && !o.export_addr) {
-        tool_error("--export-shared and --export-payload-timeout need "
-                   "--export ADDR");
-        job_unref(job);
-        goto out;
-    }
     if (o.export_addr) {
-        int64_t shared = NBDSRV_DEFAULT_SHARED;
-        int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
-
-        if ((export_shared &&
-             !parse_count("--export-shared", export_shared, 1,
-                          NBDSRV_MAX_SHARED, &shared, &err)) ||
-            (export_payload_timeout &&
-             !parse_count("--export-payload-timeout", export_payload_timeout,
-                          0, 86400, &payload_s, &err))) {
-            tool_error("%s", err->message);
-            job_unref(job);
-            goto out;
-        }
         top = mirror_top_new(src, &err);
         export = top ? nbdsrv_new(top, o.export_addr, o.export_name, false,
                                   &err) : NULL;
@@ -511,7 +517,7 @@ int cmd_start(int argc, char **argv)
     runner.json = o.json;
     runner.stall_warning_s = stall_warning;
     if (o.qmp) {
-        qmp = qmp_server_new(o.qmp, qmp_max_clients, &err);
+        qmp = qmp_server_new(o.qmp, (int)qmp_max_clients, &err);
         if (!qmp) {
             tool_error("%s", err->message);
             job_unref(job);

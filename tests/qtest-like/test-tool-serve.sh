@@ -251,6 +251,17 @@ stop_serve ro INT
 assert_unchanged img.raw "the read-only export"
 ok "read-only export refuses writes (EPERM), SIGINT exits 0"
 
+# SIGHUP (a dropped ssh session) stops the server as SIGTERM does: exit 0,
+# what the guest wrote flushed, the socket removed.
+cp img.raw hup.raw
+start_serve hup -f raw "unix:$scratch/hup.sock" hup.raw
+expect_ok $TMO qemu-io -f raw -c 'write -P 0x6b 1M 64k' \
+    "nbd+unix:///?socket=$scratch/hup.sock"
+stop_serve hup HUP
+[ -e hup.sock ] && fail "SIGHUP: the socket was not removed"
+expect_ok qemu-io -f raw -c 'read -P 0x6b 1M 64k' hup.raw
+ok "SIGHUP: exit 0 with the write in the image, socket removed"
+
 # --- TCP on a free port -----------------------------------------------------
 start_serve tcp "tcp:127.0.0.1:0" img.raw
 case $addr in
@@ -335,6 +346,12 @@ stderr_has "need --export ADDR"
 expect_exit 2 "$T" start --export tcp:127.0.0.1:0 --export-shared x \
     st-src.raw st-tgt.raw
 stderr_has "--export-shared 'x': invalid number"
+expect_exit 2 "$T" start --qmp-max-clients 4 st-src.raw st-tgt.raw
+stderr_has "--qmp-max-clients needs --qmp PATH"
+expect_exit 2 "$T" start --qmp "$scratch/mc.sock" --qmp-max-clients 0 \
+    st-src.raw st-tgt.raw
+stderr_has "--qmp-max-clients '0'"
+[ -e mc.sock ] && fail "a refused --qmp-max-clients left its socket"
 "$T" start --export tcp:127.0.0.1:0 --export-shared 4 \
     --export-payload-timeout 5 st-src.raw st-tgt.raw >st.out 2>st.err &
 st_pid=$!
