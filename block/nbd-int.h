@@ -31,6 +31,9 @@
 /* Cap on zero, trim and block status lengths (NBD lengths are 32 bit). */
 #define NBDBLK_MAX_LENGTH     (1LL << 31)
 
+/* The longest a blocking wait goes without the interrupt check. */
+#define NBDBLK_INTERRUPT_POLL_MS  100
+
 /* BlockLimits.window_bytes, per connection (nbd.c). */
 #define NBDBLK_WINDOW_FAST    (8 * 1024 * 1024)
 #define NBDBLK_WINDOW_LATENCY (32 * 1024 * 1024)
@@ -135,7 +138,15 @@ struct NbdBlkState {
                                  * fails with -dead_errno */
     bool cancelling;            /* cancel_in_flight(): ENOTCONN means
                                  * ECANCELED */
+    int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
+    int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
+
+/* The connect timeout in ns, 0 for none. */
+static inline int64_t nbdblk_connect_timeout_ns(NbdBlkState *s)
+{
+    return (int64_t)s->connect_timeout * 1000 * 1000 * 1000;
+}
 
 /* ---- nbd-conn.c ---- */
 
@@ -157,10 +168,22 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
  * One poll() of at most @timeout_ms over the sockets of conns[0..@n),
  * each in the direction libnbd wants, then what was ready handed to
  * libnbd.  -1 when poll() fails or conns[0]'s handle fails (the others
- * failing leaves them dead, for their owner to see); 0 otherwise.  Not for
- * handles that have a GSource.
+ * failing leaves them dead, for their owner to see); 0 otherwise, also
+ * when a signal cut the poll short.  Not for handles that have a GSource.
  */
 int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms);
+
+/*
+ * Drive the started handles of conns[0..@n) (blocking) until none is
+ * connecting: 0 then, -ETIMEDOUT when @timeout_ns (0: none) went by
+ * first, -EINTR when the interrupt check said so, -1 when conns[0]'s
+ * handle failed.  Their states tell the rest.
+ */
+int nbdblk_conns_wait_connected(NbdBlkConn *conns, int n,
+                                int64_t timeout_ns);
+
+/* The caller's interrupt check says give up (nbdblk_set_interrupt_func()). */
+bool nbdblk_interrupted(void);
 
 /*
  * Close c->h without waiting for the server: send NBD_CMD_DISC when the

@@ -209,13 +209,18 @@ void nbdblk_spread_dispatch(NbdBlkState *s)
             nbdblk_source_attach(c);
         }
         s->spread = NBDBLK_SPREAD_CONNECTING;
+        s->connecting_since_ns = clock_ns();
     }
     if (s->spread != NBDBLK_SPREAD_CONNECTING) {
         return;
     }
     for (int i = 0; i < s->nr_starting; i++) {
-        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1) {
-            return;     /* a later dispatch, of its source or another */
+        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1 &&
+            (!s->connect_timeout ||
+             clock_ns() - s->connecting_since_ns <
+             nbdblk_connect_timeout_ns(s))) {
+            return;     /* a later dispatch, of its source or another;
+                         * after the connect timeout the join drops it */
         }
     }
     nbdblk_connect_join(s);

@@ -9,7 +9,8 @@
  * is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
- * Open options: connections=N (1..16).
+ * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
+ * default 10; 0: none).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -51,6 +52,29 @@ static bool nbdblk_parse_connections(GHashTable *options, int *n,
     }
     *n = count;
     g_hash_table_remove(options, "connections");
+    return true;
+}
+
+/* The connect-timeout=SECS option, or the default. */
+static bool nbdblk_parse_connect_timeout(NbdBlkState *s,
+                                         GHashTable *options, GError **errp)
+{
+    const char *v = g_hash_table_lookup(options, "connect-timeout");
+    g_autoptr(GError) err = NULL;
+    int64_t secs;
+
+    s->connect_timeout = NBDBLK_DEFAULT_CONNECT_TIMEOUT;
+    if (!v) {
+        return true;
+    }
+    if (!parse_count("nbd: connect-timeout", v, 0, NBDBLK_MAX_TIMEOUT,
+                     &secs, &err)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "%s",
+                    err->message);
+        return false;
+    }
+    s->connect_timeout = secs;
+    g_hash_table_remove(options, "connect-timeout");
     return true;
 }
 
@@ -169,18 +193,10 @@ void nbdblk_connect_drop_started(NbdBlkState *s)
 
 void nbdblk_connect_wait_started(NbdBlkState *s)
 {
-    NbdBlkConn *first = &s->conns[s->nr_conns];
-    bool busy = true;
-
-    while (busy) {
-        busy = false;
-        for (int i = 0; i < s->nr_starting; i++) {
-            busy = busy || nbd_aio_is_connecting(first[i].h) == 1;
-        }
-        if (busy && nbdblk_conns_poll(first, s->nr_starting, 1000) < 0) {
-            break;      /* the first of them failed: the join sees it */
-        }
-    }
+    /* Those not ready by then (the first of them failed, the time is up,
+     * or the caller was interrupted) are dropped by the join. */
+    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
+                                nbdblk_connect_timeout_ns(s));
 }
 
 void nbdblk_connect_join(NbdBlkState *s)
@@ -239,6 +255,7 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     s->display = nbdblk_uri_redact(spec);
     s->uri = nbdblk_uri_parse(spec, errp);
     if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
+        !nbdblk_parse_connect_timeout(s, options, errp) ||
         !nbdblk_check_tls_files(s, errp)) {
         goto out_free;
     }

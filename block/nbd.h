@@ -34,6 +34,30 @@
  */
 int nbdblk_default_connections(void);
 
+/*
+ * The "connect-timeout" open option, in seconds: how long opening a node
+ * waits for each connection's connect and handshake before it gives up
+ * (the first connection: the open fails; more connections: the node
+ * keeps those it has).  0 waits as long as the server takes.  The default
+ * is the handshake limit of QEMU's NBD server (qemu-nbd --handshake-limit,
+ * nbd-server-start handshake-max-seconds): a QEMU server drops a client
+ * that has not finished by then anyway.
+ */
+#define NBDBLK_DEFAULT_CONNECT_TIMEOUT  10
+#define NBDBLK_MAX_TIMEOUT              (24 * 60 * 60)
+
+/*
+ * Opening an NBD node blocks its caller while it connects (the control
+ * path).  While it waits, @func(@opaque) is called at least every 100 ms
+ * and whenever a signal interrupts the wait; when it returns true the open
+ * fails at once ("interrupted while connecting").  For a program whose
+ * signals are handled from its main loop: @func can dispatch what is
+ * pending and say whether a signal asked it to stop.  NULL (the default)
+ * removes it.  Process-wide; main loop thread only.
+ */
+typedef bool NbdBlkInterruptFunc(void *opaque);
+void nbdblk_set_interrupt_func(NbdBlkInterruptFunc *func, void *opaque);
+
 /* Requests in flight per connection (libnbd's advice); more wait in the
  * driver. */
 #define NBDBLK_MAX_IN_FLIGHT  64
