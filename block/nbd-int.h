@@ -94,6 +94,7 @@ struct NbdBlkConn {
     GSource *source;
     unsigned in_flight;         /* counted requests issued here */
     bool dead;                  /* libnbd handle dead or closed */
+    int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
     bool connecting;            /* started from a dispatch, its GSource
                                  * driving the handshake: not one of the
                                  * node's connections yet */
@@ -138,6 +139,8 @@ struct NbdBlkState {
                                  * fails with -dead_errno */
     bool cancelling;            /* cancel_in_flight(): ENOTCONN means
                                  * ECANCELED */
+    int nr_retired;             /* connections that died, node alive */
+    int64_t nr_retried;         /* requests issued again after that */
     int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
     int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
@@ -266,7 +269,9 @@ void nbdblk_spread_done(NbdBlkReq *req);
 /* ---- nbd-io.c ---- */
 
 /*
- * Look at c->h after a libnbd call: when it has died, fail the node
+ * Look at c->h after a libnbd call: when it has died, retire it (its
+ * failed requests are issued again on the live connections) or, when it
+ * was the last live one or the node is being cancelled, fail the node
  * (every queued request fails, the other connections are aborted).
  */
 void nbdblk_conn_check(NbdBlkConn *c);

@@ -246,6 +246,17 @@ NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
             best = c;
         }
     }
+    if (!best && n < s->nr_conns) {
+        /* Those taking requests died: the others take over. */
+        n = s->nr_conns;
+        for (int i = 0; i < n; i++) {
+            NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
+
+            if (!c->dead && (!best || c->in_flight < best->in_flight)) {
+                best = c;
+            }
+        }
+    }
     if (best) {
         s->next_conn = (best->index + 1) % n;
     }

@@ -400,6 +400,11 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
                     s->can_fast_zero ? " fast-zero" : "",
                     s->can_trim ? " trim" : "",
                     s->can_status ? " base:allocation" : "");
+    if (s->nr_retired) {
+        nbdblk_info_add(sp, "connections retired: %d (their requests, %"
+                        G_GINT64_FORMAT ", went to the others)",
+                        s->nr_retired, s->nr_retried);
+    }
     if (s->dead_errno) {
         nbdblk_info_add(sp, "state: failed (%s)", g_strerror(s->dead_errno));
     }

@@ -7,8 +7,8 @@
 #       server): the client's handshake never finishes.
 #   nbd-faulty.py cut SOCKET UPSTREAM INDEX BYTES
 #       a proxy to the server on UPSTREAM; the connection accepted as
-#       number INDEX (0 is the first) is cut in both directions once the
-#       client has sent more than BYTES bytes on it.
+#       number INDEX (0 is the first; "all": every one) is cut in both
+#       directions once the client has sent more than BYTES bytes on it.
 #   nbd-faulty.py stall SOCKET UPSTREAM INDEX BYTES
 #       the same, except that the connection is not cut but stalls: open,
 #       nothing forwarded any more either way.
@@ -105,11 +105,11 @@ def main():
         if mode == "silent":
             held.append(c)
         else:
-            upstream_path, victim, at = sys.argv[3], int(sys.argv[4]), \
+            upstream_path, victim, at = sys.argv[3], sys.argv[4], \
                 int(sys.argv[5])
             u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             u.connect(upstream_path)
-            p = Pair(index, c, u, mode, at if index == victim else None)
+            p = Pair(index, c, u, mode, at if victim in ("all", str(index)) else None)
             for args in ((c, u, True), (u, c, False)):
                 threading.Thread(target=p.pump, args=args,
                                  daemon=True).start()

@@ -59,6 +59,21 @@ stop_server()
     untrack_pid "$pid"
 }
 
+# read_back URI FILE: the export's bytes, read by something that is not
+# mirror-tool where there is one, into FILE.
+read_back()
+{
+    rm -f "$2"
+    if command -v nbdcopy >/dev/null; then
+        $TMO nbdcopy "$1" "$2" || fail "nbdcopy $1 $2"
+    elif command -v qemu-img >/dev/null; then
+        $TMO qemu-img convert -f raw -O raw "$1" "$2" ||
+            fail "qemu-img convert $1 $2"
+    else
+        $TMO "$T" convert "$1" "$2" || fail "mirror-tool convert $1 $2"
+    fi
+}
+
 # elapsed_below SECS START: fail unless less than SECS went by since
 # START (a `date +%s%N`).
 elapsed_below()
@@ -131,3 +146,48 @@ for sig in INT TERM; do
     ok "SIG$sig while connecting ends convert at once (exit $rc_want)"
 done
 stop_server silent
+
+# --- a dead connection among several is retired --------------------------
+# nbdkit memory (multi-conn) behind a proxy that cuts one of the two
+# connections after 8 MiB from the client: the copy completes on the
+# other, byte for byte.  (It used to fail the whole node: convert exit 1,
+# and start --on-target-error ignore retried on the dead node forever.)
+# start_cut_proxy INDEX: a fresh nbdkit memory target behind a proxy that
+# cuts connection INDEX; sets mem (direct) and uri (through the proxy).
+start_cut_proxy()
+{
+    start_nbdkit mem memory 64M
+    mem=$uri
+    start_faulty cut cut "$scratch/mem.sock" "$1" $((8 * 1024 * 1024))
+}
+
+for victim in 0 1; do
+    start_cut_proxy $victim
+    expect_ok $TMO "$T" convert -n --connections 2 src.img "$uri"
+    grep -q "cut $victim" cut.log || fail "the proxy did not cut $victim"
+    read_back "$mem" out.img
+    cmp src.img out.img || fail "target differs after connection $victim died"
+    ok "convert --connections 2: connection $victim cut, copy complete"
+    stop_server cut
+    stop_server mem
+done
+
+start_cut_proxy 1
+expect_ok $TMO "$T" start --connections 2 --on-target-error ignore \
+    --json src.img "$uri"
+grep -q "cut 1" cut.log || fail "the proxy did not cut a connection"
+read_back "$mem" out.img
+cmp src.img out.img || fail "target differs after a connection died"
+n=$(grep -c BLOCK_JOB_ERROR "$last_out")
+[ "$n" = 0 ] || fail "$n BLOCK_JOB_ERROR events for a retired connection"
+ok "start --on-target-error ignore: a connection cut, no error, complete"
+stop_server cut
+stop_server mem
+
+# Both cut: nothing left, the copy fails (exit 1) and says so.
+start_cut_proxy all
+expect_exit 1 $TMO "$T" convert -n --connections 2 src.img "$uri"
+stderr_has "incomplete"
+ok "convert --connections 2: both connections cut, exit 1"
+stop_server cut
+stop_server mem
