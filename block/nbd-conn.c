@@ -109,7 +109,9 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     c->s = s;
     c->h = h;
     c->dead = false;
+    c->fail_errno = 0;
     c->in_flight = 0;
+    c->quiet_since_ns = clock_ns();
     return true;
 }
 

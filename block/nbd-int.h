@@ -95,6 +95,8 @@ struct NbdBlkConn {
     unsigned in_flight;         /* counted requests issued here */
     bool dead;                  /* libnbd handle dead or closed */
     int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
+    int64_t quiet_since_ns;     /* last reply, or the first request after
+                                 * none were in flight (io-timeout) */
     bool connecting;            /* started from a dispatch, its GSource
                                  * driving the handshake: not one of the
                                  * node's connections yet */
@@ -142,6 +144,7 @@ struct NbdBlkState {
     int nr_retired;             /* connections that died, node alive */
     int64_t nr_retried;         /* requests issued again after that */
     int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
+    int io_timeout;             /* seconds, 0: none ("io-timeout") */
     int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
 
@@ -200,6 +203,13 @@ void nbdblk_conn_close(NbdBlkConn *c);
  * fails every command in flight; never blocks.
  */
 void nbdblk_conn_abort(NbdBlkConn *c);
+
+/*
+ * io-timeout: how long @c (with commands in flight) has left before it is
+ * stalled, in ns; INT64_MAX when it has nothing in flight or there is no
+ * timeout.  Main loop, no libnbd lock held.
+ */
+int64_t nbdblk_conn_stall_left(NbdBlkConn *c);
 
 /* ---- nbd-source.c ---- */
 

@@ -14,7 +14,7 @@
  * the upper completions.
  *
  * When one connection of several dies (the server dropped it, a proxy cut
- * it), it is retired: it takes no more requests, and what it had in
+ * it, or io-timeout found it stalled and shut it down), it is retired: it takes no more requests, and what it had in
  * flight is issued again on the live ones (reads, writes, zeroes, trims,
  * block status and flushes may all be repeated: a write sent twice leaves
  * the same bytes; a flush on any connection of a multi-conn server covers
@@ -63,6 +63,7 @@ static int nbdblk_cmd_done(void *opaque, int *error)
     NbdBlkReq *req = opaque;
 
     req->ret = *error ? -*error : 0;
+    req->conn->quiet_since_ns = clock_ns();
     nbdblk_spread_done(req);
     g_queue_push_tail_link(&req->s->done, &req->link);
     return 1;                   /* retire the command */
@@ -146,6 +147,9 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
 
     req->conn = c;
     req->issued_ns = clock_ns();
+    if (nbd_aio_in_flight(c->h) == 0) {
+        c->quiet_since_ns = req->issued_ns;     /* the io-timeout starts */
+    }
     switch (req->op) {
     case NBDBLK_OP_READ:
         cookie = nbd_aio_pread(c->h, req->buf, req->bytes, req->offset,
@@ -241,6 +245,18 @@ void nbdblk_set_dead(NbdBlkState *s, int err)
     }
 }
 
+int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
+{
+    NbdBlkState *s = c->s;
+
+    if (!s->io_timeout || c->dead || !c->h || c->connecting ||
+        nbd_aio_in_flight(c->h) <= 0) {
+        return INT64_MAX;
+    }
+    return c->quiet_since_ns + (int64_t)s->io_timeout * 1000 * 1000 * 1000 -
+           clock_ns();
+}
+
 void nbdblk_conn_check(NbdBlkConn *c)
 {
     NbdBlkState *s = c->s;
@@ -329,8 +345,8 @@ static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished,
         nbdblk_retry(s, req, retry);
         return;
     }
-    if (s->cancelling && req->ret == -ENOTCONN) {
-        req->ret = -ECANCELED;
+    if (s->dead_errno && req->ret == -ENOTCONN) {
+        req->ret = -s->dead_errno;      /* ECANCELED, ETIMEDOUT */
     }
     if (req->flush_after && req->ret == 0) {
         /* The write is done; now the flush that makes it durable, on the

@@ -96,6 +96,7 @@ static int nbdblk_probe_cb(void *opaque, int *error)
     NbdBlkState *s = opaque;
 
     s->probe_state = *error ? -1 : 1;
+    s->conns[0].quiet_since_ns = clock_ns();       /* io-timeout */
     return 1;                   /* retire the command */
 }
 

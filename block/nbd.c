@@ -10,7 +10,7 @@
  * (block/nbd-source.c, block/nbd-io.c).
  *
  * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
- * default 10; 0: none).
+ * default 10; 0: none), io-timeout=SECS (0..86400, default 600; 0: none).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -55,26 +55,26 @@ static bool nbdblk_parse_connections(GHashTable *options, int *n,
     return true;
 }
 
-/* The connect-timeout=SECS option, or the default. */
-static bool nbdblk_parse_connect_timeout(NbdBlkState *s,
-                                         GHashTable *options, GError **errp)
+/* A timeout option NAME=SECS into *@secs, or @def. */
+static bool nbdblk_parse_timeout(GHashTable *options, const char *name,
+                                 int def, int *secs, GError **errp)
 {
-    const char *v = g_hash_table_lookup(options, "connect-timeout");
+    const char *v = g_hash_table_lookup(options, name);
+    g_autofree char *what = g_strdup_printf("nbd: %s", name);
     g_autoptr(GError) err = NULL;
-    int64_t secs;
+    int64_t n;
 
-    s->connect_timeout = NBDBLK_DEFAULT_CONNECT_TIMEOUT;
+    *secs = def;
     if (!v) {
         return true;
     }
-    if (!parse_count("nbd: connect-timeout", v, 0, NBDBLK_MAX_TIMEOUT,
-                     &secs, &err)) {
+    if (!parse_count(what, v, 0, NBDBLK_MAX_TIMEOUT, &n, &err)) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "%s",
                     err->message);
         return false;
     }
-    s->connect_timeout = secs;
-    g_hash_table_remove(options, "connect-timeout");
+    *secs = n;
+    g_hash_table_remove(options, name);
     return true;
 }
 
@@ -255,7 +255,12 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     s->display = nbdblk_uri_redact(spec);
     s->uri = nbdblk_uri_parse(spec, errp);
     if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
-        !nbdblk_parse_connect_timeout(s, options, errp) ||
+        !nbdblk_parse_timeout(options, "connect-timeout",
+                              NBDBLK_DEFAULT_CONNECT_TIMEOUT,
+                              &s->connect_timeout, errp) ||
+        !nbdblk_parse_timeout(options, "io-timeout",
+                              NBDBLK_DEFAULT_IO_TIMEOUT, &s->io_timeout,
+                              errp) ||
         !nbdblk_check_tls_files(s, errp)) {
         goto out_free;
     }

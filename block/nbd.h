@@ -47,6 +47,18 @@ int nbdblk_default_connections(void);
 #define NBDBLK_MAX_TIMEOUT              (24 * 60 * 60)
 
 /*
+ * The "io-timeout" open option, in seconds: a connection with commands in
+ * flight that gets no reply for that long is stalled.  It is shut down:
+ * retired when the node has other live connections (its requests go to
+ * them), else the node fails and its requests with ETIMEDOUT.  0: no
+ * bound.  Neither QEMU's NBD client nor nbdcopy has one.  The default is
+ * generous: a working server answers something well within it even at
+ * our deepest queues (64 requests of up to 32 MiB per connection, or 16
+ * zeroes of 2 GiB sharing one disk at 100 MB/s: 340 s for the first).
+ */
+#define NBDBLK_DEFAULT_IO_TIMEOUT       600
+
+/*
  * Opening an NBD node blocks its caller while it connects (the control
  * path).  While it waits, @func(@opaque) is called at least every 100 ms
  * and whenever a signal interrupts the wait; when it returns true the open

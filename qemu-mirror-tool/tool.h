@@ -114,6 +114,9 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
 #define TOOL_NBD_TIMEOUT_ENTRIES \
     { "connect-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
       "give up connecting to an NBD server after SECS (default 10; " \
+      "0: never)", "SECS" }, \
+    { "io-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
+      "an NBD connection with no reply for SECS is dead (default 600; " \
       "0: never)", "SECS" }
 
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */

@@ -8,7 +8,9 @@
 #   nbd-faulty.py cut SOCKET UPSTREAM INDEX BYTES
 #       a proxy to the server on UPSTREAM; the connection accepted as
 #       number INDEX (0 is the first; "all": every one) is cut in both
-#       directions once the client has sent more than BYTES bytes on it.
+#       directions once the client has sent more than BYTES bytes on it
+#       (the client sees the socket shut; the server's side stays open
+#       and quiet).
 #   nbd-faulty.py stall SOCKET UPSTREAM INDEX BYTES
 #       the same, except that the connection is not cut but stalls: open,
 #       nothing forwarded any more either way.
@@ -60,11 +62,15 @@ class Pair:
                 return
             self.dead = True
         if self.fault == "cut":
-            for s in (self.client, self.upstream):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            # The client's side only: nbdkit 1.32 can abort when a
+            # connection closes while a reply is being sent on it
+            # (connections.c raw_send_socket: Assertion `sock >= 0'), so
+            # the server's side is held open, quiet, until we are killed.
+            try:
+                self.client.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            held.append(self.upstream)
             say("cut %d" % self.index)
         else:
             held.extend([self.client, self.upstream])

@@ -191,3 +191,38 @@ stderr_has "incomplete"
 ok "convert --connections 2: both connections cut, exit 1"
 stop_server cut
 stop_server mem
+
+# --- a server that stops answering (io-timeout) ------------------------
+# The proxy stalls the connection after 8 MiB: open, nothing forwarded.
+start_nbdkit mem memory 64M
+mem=$uri
+start_faulty stall stall "$scratch/mem.sock" all $((8 * 1024 * 1024))
+t0=$(date +%s%N)
+expect_exit 1 $TMO "$T" convert -n --connections 1 --io-timeout 2 \
+    src.img "$uri"
+stderr_has "Connection timed out" "is incomplete"
+grep -q "stalled 0" stall.log || fail "the proxy did not stall"
+elapsed_below 30 "$t0"
+ok "convert into a stalled server fails after --io-timeout (ETIMEDOUT)"
+stop_server stall
+stop_server mem
+
+# One stalled connection of two: retired, the copy completes.
+start_nbdkit mem memory 64M
+mem=$uri
+start_faulty stall stall "$scratch/mem.sock" 1 $((8 * 1024 * 1024))
+expect_ok $TMO "$T" convert -n --connections 2 --io-timeout 2 \
+    src.img "$uri"
+grep -q "stalled 1" stall.log || fail "the proxy did not stall"
+read_back "$mem" out.img
+cmp src.img out.img || fail "target differs after a connection stalled"
+ok "convert --connections 2, one connection stalled: retired, complete"
+stop_server stall
+stop_server mem
+
+for bad in -1 86401 abc; do
+    expect_exit 2 "$T" start --io-timeout "$bad" src.img dst.img
+    stderr_has "io-timeout '$bad'"
+    stderr_one_line
+done
+ok "bad --io-timeout values are refused (exit 2, one line)"
