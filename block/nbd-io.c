@@ -250,7 +250,7 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
     NbdBlkState *s = c->s;
 
     if (!s->io_timeout || c->dead || !c->h || c->connecting ||
-        nbd_aio_in_flight(c->h) <= 0) {
+        c->fail_errno || nbd_aio_in_flight(c->h) <= 0) {
         return INT64_MAX;
     }
     return c->quiet_since_ns + (int64_t)s->io_timeout * 1000 * 1000 * 1000 -

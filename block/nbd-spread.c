@@ -332,8 +332,19 @@ void nbdblk_spread_done(NbdBlkReq *req)
 int nbdblk_get_active_connections(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
+    int live = 0;
 
-    return bs->drv == &bdrv_nbd ? s->nr_active : 0;
+    if (bs->drv != &bdrv_nbd) {
+        return 0;
+    }
+    /* Retired connections take no requests (nbdblk_pick_conn()). */
+    for (int i = 0; i < s->nr_active; i++) {
+        live += !s->conns[i].dead;
+    }
+    for (int i = s->nr_active; i < s->nr_conns && !live; i++) {
+        live += !s->conns[i].dead;
+    }
+    return live ? live : s->nr_active;
 }
 
 bool nbdblk_spread_decided(BlockDriverState *bs)

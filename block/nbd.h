@@ -127,7 +127,8 @@ int nbdblk_get_connections(BlockDriverState *bs);
 /*
  * How many of them take requests right now (block/nbd-spread.c): all when
  * the count was asked for, the server has shown latency or the trial found
- * them faster; 1 otherwise.  0 if @bs is not an NBD node.
+ * them faster; 1 otherwise; less those retired since (dead, their requests
+ * moved to the others).  0 if @bs is not an NBD node.
  */
 int nbdblk_get_active_connections(BlockDriverState *bs);
 
