@@ -14,11 +14,12 @@
  * the upper completions.
  *
  * When one connection of several dies (the server dropped it, a proxy cut
- * it, or io-timeout found it stalled and shut it down), it is retired: it takes no more requests, and what it had in
- * flight is issued again on the live ones (reads, writes, zeroes, trims,
- * block status and flushes may all be repeated: a write sent twice leaves
- * the same bytes; a flush on any connection of a multi-conn server covers
- * the writes completed on all of them).  When the last one dies, or
+ * it, or io-timeout found it stalled and shut it down), it is retired: it
+ * takes no more requests, and what it had in flight is issued again on
+ * the live ones (reads, writes, zeroes, trims, block status and flushes
+ * may all be repeated: a write sent twice leaves the same bytes; a flush
+ * on any connection of a multi-conn server covers the writes completed on
+ * all of them).  When the last one dies, or
  * cancel_in_flight() shut the sockets, the whole node is dead: the other
  * sockets are shut down so their commands fail at once, queued requests
  * fail, and every later request fails with the same error.

@@ -115,7 +115,8 @@ def main():
                 int(sys.argv[5])
             u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             u.connect(upstream_path)
-            p = Pair(index, c, u, mode, at if victim in ("all", str(index)) else None)
+            hit = victim in ("all", str(index))
+            p = Pair(index, c, u, mode, at if hit else None)
             for args in ((c, u, True), (u, c, False)):
                 threading.Thread(target=p.pump, args=args,
                                  daemon=True).start()

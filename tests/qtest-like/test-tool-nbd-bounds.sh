@@ -103,9 +103,11 @@ elapsed_below 20 "$t0"
 ok "convert into a server that never answers gives up after --connect-timeout"
 
 expect_exit 2 $TMO "$T" start --connect-timeout 1 src.img "$silent"
-stderr_has "target: '$silent': the NBD server did not finish the handshake within 1 s"
+stderr_has "target: '$silent': the NBD server did not finish the handshake" \
+    "within 1 s (connect-timeout)"
 expect_exit 2 $TMO "$T" start --connect-timeout 1 "$silent" dst.img
-stderr_has "source: '$silent': the NBD server did not finish the handshake within 1 s"
+stderr_has "source: '$silent': the NBD server did not finish the handshake" \
+    "within 1 s (connect-timeout)"
 ok "start gives up on a silent source or target after --connect-timeout"
 
 # The default (10 s) bounds it too: `info` has no option.
