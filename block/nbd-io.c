@@ -19,10 +19,11 @@
  * the live ones (reads, writes, zeroes, trims, block status and flushes
  * may all be repeated: a write sent twice leaves the same bytes; a flush
  * on any connection of a multi-conn server covers the writes completed on
- * all of them).  When the last one dies, or
- * cancel_in_flight() shut the sockets, the whole node is dead: the other
- * sockets are shut down so their commands fail at once, queued requests
- * fail, and every later request fails with the same error.
+ * all of them).  When the last one dies, or cancel_in_flight() shut the
+ * sockets, the whole node is dead: the other sockets are shut down so
+ * their commands fail at once, queued requests fail, and every later
+ * request fails with the same error (ENOTCONN, ECANCELED, or ETIMEDOUT
+ * when io-timeout shut the last one down).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
