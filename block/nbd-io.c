@@ -65,6 +65,7 @@ static int nbdblk_cmd_done(void *opaque, int *error)
     NbdBlkReq *req = opaque;
 
     req->ret = *error ? -*error : 0;
+    req->replied = true;
     req->conn->quiet_since_ns = clock_ns();
     nbdblk_spread_done(req);
     g_queue_push_tail_link(&req->s->done, &req->link);
@@ -148,6 +149,7 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     int64_t cookie = -1;
 
     req->conn = c;
+    req->replied = false;
     req->issued_ns = clock_ns();
     if (nbd_aio_in_flight(c->h) == 0) {
         c->quiet_since_ns = req->issued_ns;     /* the io-timeout starts */
@@ -182,8 +184,14 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
         break;
     }
     }
-    if (cookie < 0) {
-        /* Refused before anything was queued: no callback will come. */
+    if (cookie < 0 && !req->replied) {
+        /*
+         * Refused before anything was queued: no callback will come.
+         * libnbd 1.14 also fails a command it did queue when the kick
+         * of its state machine finds the connection dead (a server gone
+         * the moment a retried request goes out); then it has called
+         * back already, and the request is on s->done.
+         */
         int err = nbd_get_errno();
 
         nbdblk_req_done_later(req, -(err > 0 ? err : EIO));
