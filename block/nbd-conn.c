@@ -1,7 +1,10 @@
 /*
  * NBD client driver: one libnbd handle's life.  Connecting is the control
  * path: started (nbd_aio_connect_*), then driven by poll() until the
- * handshake is over, blocking, so that several can be made at once; once
+ * handshake is over, blocking, so that several can be made at once: for
+ * at most the node's connect timeout, and never longer than
+ * NBDBLK_INTERRUPT_POLL_MS without asking the caller's interrupt check
+ * (nbdblk_set_interrupt_func()) whether to give up; once
  * connected the handle is only driven asynchronously through its GSource
  * (nbd-source.c).
  * Closing never waits for the server.
@@ -10,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/nbd-int.h"
+#include "util/cutils.h"
 #include "util/sockets.h"
 
 #include <errno.h>
@@ -105,20 +109,88 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     c->s = s;
     c->h = h;
     c->dead = false;
+    c->fail_errno = 0;
     c->in_flight = 0;
+    c->quiet_since_ns = clock_ns();
     return true;
 }
 
-/* Drive c->h (started) until the handshake is over, blocking. */
-static bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+/* The caller's interrupt check (nbdblk_set_interrupt_func()). */
+static NbdBlkInterruptFunc *nbdblk_interrupt_func;
+static void *nbdblk_interrupt_opaque;
+
+void nbdblk_set_interrupt_func(NbdBlkInterruptFunc *func, void *opaque)
 {
-    while (nbd_aio_is_connecting(c->h) == 1) {
-        if (nbd_poll(c->h, -1) < 0) {
-            break;
+    nbdblk_interrupt_func = func;
+    nbdblk_interrupt_opaque = opaque;
+}
+
+bool nbdblk_interrupted(void)
+{
+    return nbdblk_interrupt_func &&
+           nbdblk_interrupt_func(nbdblk_interrupt_opaque);
+}
+
+int nbdblk_conns_wait_connected(NbdBlkConn *conns, int n,
+                                int64_t timeout_ns)
+{
+    int64_t deadline = timeout_ns ? clock_ns() + timeout_ns : INT64_MAX;
+
+    for (;;) {
+        int64_t left = deadline - clock_ns();
+        bool busy = false;
+
+        for (int i = 0; i < n; i++) {
+            busy = busy || nbd_aio_is_connecting(conns[i].h) == 1;
+        }
+        if (!busy) {
+            return 0;
+        }
+        if (nbdblk_interrupted()) {
+            return -EINTR;
+        }
+        if (left <= 0) {
+            return -ETIMEDOUT;
+        }
+        left = MIN(left / 1000000 + 1, NBDBLK_INTERRUPT_POLL_MS);
+        if (nbdblk_conns_poll(conns, n, left) < 0) {
+            return -1;  /* conns[0] failed: the caller sees it */
         }
     }
-    if (nbd_aio_is_ready(c->h) != 1) {
+}
+
+/* The error of a first connection that did not finish its handshake. */
+static void nbdblk_conn_wait_error(NbdBlkState *s, NbdBlkConn *c, int r,
+                                   GError **errp)
+{
+    const char *state = nbd_connection_state(c->h);
+    int secs = s->connect_timeout;
+
+    if (r == -EINTR) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': interrupted while connecting", s->display);
+    } else if (r == -ETIMEDOUT && state &&
+               g_str_has_prefix(state, "CONNECT")) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': could not connect to the NBD server within "
+                    "%d s (connect-timeout)", s->display, secs);
+    } else if (r == -ETIMEDOUT) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "'%s': the NBD server did not finish the handshake "
+                    "within %d s (connect-timeout)", s->display, secs);
+    } else {
         nbdblk_conn_error(s, errp);
+    }
+}
+
+/* Drive c->h (started) until the handshake is over, blocking for at most
+ * the connect timeout. */
+static bool nbdblk_conn_finish(NbdBlkState *s, NbdBlkConn *c, GError **errp)
+{
+    int r = nbdblk_conns_wait_connected(c, 1, nbdblk_connect_timeout_ns(s));
+
+    if (r < -1 || nbd_aio_is_ready(c->h) != 1) {
+        nbdblk_conn_wait_error(s, c, r, errp);
         nbd_close(c->h);
         c->h = NULL;
         return false;
@@ -145,11 +217,10 @@ int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms)
                         (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0);
         fds[i].revents = 0;
     }
-    do {
-        r = poll(fds, n, timeout_ms);
-    } while (r < 0 && errno == EINTR);
+    r = poll(fds, n, timeout_ms);
     if (r < 0) {
-        return -1;
+        /* A signal: the caller looks at its interrupt check and loops. */
+        return errno == EINTR ? 0 : -1;
     }
     for (int i = 0; i < n; i++) {
         /* As nbd_poll() does; a failure leaves the handle dead, which its

@@ -31,6 +31,9 @@
 /* Cap on zero, trim and block status lengths (NBD lengths are 32 bit). */
 #define NBDBLK_MAX_LENGTH     (1LL << 31)
 
+/* The longest a blocking wait goes without the interrupt check. */
+#define NBDBLK_INTERRUPT_POLL_MS  100
+
 /* BlockLimits.window_bytes, per connection (nbd.c). */
 #define NBDBLK_WINDOW_FAST    (8 * 1024 * 1024)
 #define NBDBLK_WINDOW_LATENCY (32 * 1024 * 1024)
@@ -76,6 +79,7 @@ struct NbdBlkReq {
     int64_t status_len;
     bool status_seen;           /* STATUS: base:allocation answered */
     int ret;                    /* 0 or -errno, once known */
+    bool replied;               /* libnbd called back for this issue */
     int64_t issued_ns;          /* when handed to libnbd */
     NbdBlkReq *parent;          /* flush part: the whole flush */
     int parts;                  /* flush: parts not finished yet */
@@ -91,6 +95,9 @@ struct NbdBlkConn {
     GSource *source;
     unsigned in_flight;         /* counted requests issued here */
     bool dead;                  /* libnbd handle dead or closed */
+    int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
+    int64_t quiet_since_ns;     /* last reply, or the first request after
+                                 * none were in flight (io-timeout) */
     bool connecting;            /* started from a dispatch, its GSource
                                  * driving the handshake: not one of the
                                  * node's connections yet */
@@ -135,7 +142,18 @@ struct NbdBlkState {
                                  * fails with -dead_errno */
     bool cancelling;            /* cancel_in_flight(): ENOTCONN means
                                  * ECANCELED */
+    int nr_retired;             /* connections that died, node alive */
+    int64_t nr_retried;         /* requests issued again after that */
+    int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
+    int io_timeout;             /* seconds, 0: none ("io-timeout") */
+    int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
+
+/* The connect timeout in ns, 0 for none. */
+static inline int64_t nbdblk_connect_timeout_ns(NbdBlkState *s)
+{
+    return (int64_t)s->connect_timeout * 1000 * 1000 * 1000;
+}
 
 /* ---- nbd-conn.c ---- */
 
@@ -157,10 +175,22 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
  * One poll() of at most @timeout_ms over the sockets of conns[0..@n),
  * each in the direction libnbd wants, then what was ready handed to
  * libnbd.  -1 when poll() fails or conns[0]'s handle fails (the others
- * failing leaves them dead, for their owner to see); 0 otherwise.  Not for
- * handles that have a GSource.
+ * failing leaves them dead, for their owner to see); 0 otherwise, also
+ * when a signal cut the poll short.  Not for handles that have a GSource.
  */
 int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms);
+
+/*
+ * Drive the started handles of conns[0..@n) (blocking) until none is
+ * connecting: 0 then, -ETIMEDOUT when @timeout_ns (0: none) went by
+ * first, -EINTR when the interrupt check said so, -1 when conns[0]'s
+ * handle failed.  Their states tell the rest.
+ */
+int nbdblk_conns_wait_connected(NbdBlkConn *conns, int n,
+                                int64_t timeout_ns);
+
+/* The caller's interrupt check says give up (nbdblk_set_interrupt_func()). */
+bool nbdblk_interrupted(void);
 
 /*
  * Close c->h without waiting for the server: send NBD_CMD_DISC when the
@@ -174,6 +204,13 @@ void nbdblk_conn_close(NbdBlkConn *c);
  * fails every command in flight; never blocks.
  */
 void nbdblk_conn_abort(NbdBlkConn *c);
+
+/*
+ * io-timeout: how long @c (with commands in flight) has left before it is
+ * stalled, in ns; INT64_MAX when it has nothing in flight or there is no
+ * timeout.  Main loop, no libnbd lock held.
+ */
+int64_t nbdblk_conn_stall_left(NbdBlkConn *c);
 
 /* ---- nbd-source.c ---- */
 
@@ -243,7 +280,9 @@ void nbdblk_spread_done(NbdBlkReq *req);
 /* ---- nbd-io.c ---- */
 
 /*
- * Look at c->h after a libnbd call: when it has died, fail the node
+ * Look at c->h after a libnbd call: when it has died, retire it (its
+ * failed requests are issued again on the live connections) or, when it
+ * was the last live one or the node is being cancelled, fail the node
  * (every queued request fails, the other connections are aborted).
  */
 void nbdblk_conn_check(NbdBlkConn *c);

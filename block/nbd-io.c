@@ -13,10 +13,17 @@
  * after a write that needed FUA), flush parts, slots, the queue, and last
  * the upper completions.
  *
- * When a connection dies (the server went away, or cancel_in_flight() shut
- * its socket), the whole node is dead: the other sockets are shut down so
+ * When one connection of several dies (the server dropped it, a proxy cut
+ * it, or io-timeout found it stalled and shut it down), it is retired: it
+ * takes no more requests, and what it had in flight is issued again on
+ * the live ones (reads, writes, zeroes, trims, block status and flushes
+ * may all be repeated: a write sent twice leaves the same bytes; a flush
+ * on any connection of a multi-conn server covers the writes completed on
+ * all of them).  When the last one dies, or cancel_in_flight() shut the
+ * sockets, the whole node is dead: the other sockets are shut down so
  * their commands fail at once, queued requests fail, and every later
- * request fails with the same error.
+ * request fails with the same error (ENOTCONN, ECANCELED, or ETIMEDOUT
+ * when io-timeout shut the last one down).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -58,6 +65,8 @@ static int nbdblk_cmd_done(void *opaque, int *error)
     NbdBlkReq *req = opaque;
 
     req->ret = *error ? -*error : 0;
+    req->replied = true;
+    req->conn->quiet_since_ns = clock_ns();
     nbdblk_spread_done(req);
     g_queue_push_tail_link(&req->s->done, &req->link);
     return 1;                   /* retire the command */
@@ -140,7 +149,11 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     int64_t cookie = -1;
 
     req->conn = c;
+    req->replied = false;
     req->issued_ns = clock_ns();
+    if (nbd_aio_in_flight(c->h) == 0) {
+        c->quiet_since_ns = req->issued_ns;     /* the io-timeout starts */
+    }
     switch (req->op) {
     case NBDBLK_OP_READ:
         cookie = nbd_aio_pread(c->h, req->buf, req->bytes, req->offset,
@@ -171,8 +184,14 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
         break;
     }
     }
-    if (cookie < 0) {
-        /* Refused before anything was queued: no callback will come. */
+    if (cookie < 0 && !req->replied) {
+        /*
+         * Refused before anything was queued: no callback will come.
+         * libnbd 1.14 also fails a command it did queue when the kick
+         * of its state machine finds the connection dead (a server gone
+         * the moment a retried request goes out); then it has called
+         * back already, and the request is on s->done.
+         */
         int err = nbd_get_errno();
 
         nbdblk_req_done_later(req, -(err > 0 ? err : EIO));
@@ -236,15 +255,67 @@ void nbdblk_set_dead(NbdBlkState *s, int err)
     }
 }
 
+int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
+{
+    NbdBlkState *s = c->s;
+
+    if (!s->io_timeout || c->dead || !c->h || c->connecting ||
+        c->fail_errno || nbd_aio_in_flight(c->h) <= 0) {
+        return INT64_MAX;
+    }
+    return c->quiet_since_ns + (int64_t)s->io_timeout * 1000 * 1000 * 1000 -
+           clock_ns();
+}
+
 void nbdblk_conn_check(NbdBlkConn *c)
 {
+    NbdBlkState *s = c->s;
+    int live = 0;
+
     if (c->dead || !c->h || c->connecting) {
         return;         /* a failed handshake is the spread's business */
     }
-    if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
-        c->dead = true;
-        nbdblk_set_dead(c->s, ENOTCONN);
+    if (nbd_aio_is_dead(c->h) != 1 && nbd_aio_is_closed(c->h) != 1) {
+        return;
     }
+    c->dead = true;
+    for (int i = 0; i < s->nr_conns; i++) {
+        live += !s->conns[i].dead;
+    }
+    if (s->cancelling || live == 0) {
+        nbdblk_set_dead(s, c->fail_errno ? c->fail_errno : ENOTCONN);
+        return;
+    }
+    /* Its requests come back failed; nbdblk_settle() issues them again. */
+    s->nr_retired++;
+    g_debug("nbd: %s: connection %d died; %d left", s->display, c->index,
+            live);
+}
+
+/*
+ * @req failed on a connection that died: issue it again on a live one
+ * (the node is not dead, so there is one).  A flush part goes out at
+ * once; the others wait in @retry for a slot, ahead of the queue.
+ */
+static void nbdblk_retry(NbdBlkState *s, NbdBlkReq *req, GQueue *retry)
+{
+    if (req->counted) {
+        req->conn->in_flight--;
+        req->counted = false;
+    }
+    req->conn = NULL;
+    req->ret = 0;
+    s->nr_retried++;
+    if (req->op == NBDBLK_OP_STATUS) {
+        /* What the dead connection's reply added goes. */
+        g_array_set_size(req->extents, req->first_extent);
+        req->status_seen = false;
+    }
+    if (req->parent) {
+        nbdblk_issue(nbdblk_pick_conn(s), req);
+        return;
+    }
+    g_queue_push_tail_link(retry, &req->link);
 }
 
 void nbdblk_drop_requests(NbdBlkState *s)
@@ -275,12 +346,17 @@ static void nbdblk_status_finish(NbdBlkReq *req)
  * issued again), or it is a flush part, or it is finished: then it moves
  * to @finished.
  */
-static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished)
+static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished,
+                          GQueue *retry)
 {
     NbdBlkReq *parent = req->parent;
 
-    if (s->cancelling && req->ret == -ENOTCONN) {
-        req->ret = -ECANCELED;
+    if (req->ret < 0 && req->conn && req->conn->dead && !s->dead_errno) {
+        nbdblk_retry(s, req, retry);
+        return;
+    }
+    if (s->dead_errno && req->ret == -ENOTCONN) {
+        req->ret = -s->dead_errno;      /* ECANCELED, ETIMEDOUT */
     }
     if (req->flush_after && req->ret == 0) {
         /* The write is done; now the flush that makes it durable, on the
@@ -317,10 +393,15 @@ static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished)
 void nbdblk_process_done(NbdBlkState *s)
 {
     GQueue finished = G_QUEUE_INIT;
+    GQueue retry = G_QUEUE_INIT;
     GList *l;
 
     while ((l = g_queue_pop_head_link(&s->done))) {
-        nbdblk_settle(s, l->data, &finished);
+        nbdblk_settle(s, l->data, &finished, &retry);
+    }
+    /* Requests of a retired connection go first, in their order. */
+    while ((l = g_queue_pop_tail_link(&retry))) {
+        g_queue_push_head_link(&s->queued, l);
     }
     nbdblk_spread_dispatch(s);
     nbdblk_pump(s);

@@ -11,6 +11,8 @@
  */
 #include "block/nbd-int.h"
 
+#include <errno.h>
+
 typedef struct NbdBlkSource {
     GSource source;             /* must be first */
     NbdBlkConn *conn;
@@ -57,10 +59,18 @@ static void nbdblk_source_update(NbdBlkSource *ns)
 static gboolean nbdblk_source_prepare(GSource *src, gint *timeout)
 {
     NbdBlkSource *ns = (NbdBlkSource *)src;
+    int64_t left;
 
     *timeout = -1;
     nbdblk_conn_check(ns->conn);
     nbdblk_source_update(ns);
+    left = nbdblk_conn_stall_left(ns->conn);
+    if (left <= 0) {
+        return TRUE;            /* stalled: dispatch() shuts it down */
+    }
+    if (left != INT64_MAX) {
+        *timeout = MIN(left / 1000000 + 1, G_MAXINT);
+    }
     /* Requests finished outside a dispatch (a failed submission, a dead
      * node) are completed from here, later than their submission. */
     return !g_queue_is_empty(&ns->conn->s->done);
@@ -71,7 +81,8 @@ static gboolean nbdblk_source_check(GSource *src)
     NbdBlkSource *ns = (NbdBlkSource *)src;
 
     return (ns->tag && g_source_query_unix_fd(src, ns->tag)) ||
-           !g_queue_is_empty(&ns->conn->s->done);
+           !g_queue_is_empty(&ns->conn->s->done) ||
+           nbdblk_conn_stall_left(ns->conn) <= 0;
 }
 
 static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
@@ -86,6 +97,15 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
         return G_SOURCE_CONTINUE;       /* see nbdblk_source_attach() */
     }
     ns->dispatching = true;
+    if (nbdblk_conn_stall_left(c) <= 0) {
+        /* io-timeout: no reply for that long.  Its commands fail (the
+         * next read sees EOF), and it is retired like a connection the
+         * server dropped. */
+        g_debug("nbd: %s: connection %d: no reply for %d s (io-timeout)",
+                c->s->display, c->index, c->s->io_timeout);
+        c->fail_errno = ETIMEDOUT;
+        nbdblk_conn_abort(c);
+    }
     if (revents && !c->dead) {
         unsigned dir = nbd_aio_get_direction(c->h);
         bool rd = revents & G_IO_IN;

@@ -96,6 +96,7 @@ static int nbdblk_probe_cb(void *opaque, int *error)
     NbdBlkState *s = opaque;
 
     s->probe_state = *error ? -1 : 1;
+    s->conns[0].quiet_since_ns = clock_ns();       /* io-timeout */
     return 1;                   /* retire the command */
 }
 
@@ -209,13 +210,18 @@ void nbdblk_spread_dispatch(NbdBlkState *s)
             nbdblk_source_attach(c);
         }
         s->spread = NBDBLK_SPREAD_CONNECTING;
+        s->connecting_since_ns = clock_ns();
     }
     if (s->spread != NBDBLK_SPREAD_CONNECTING) {
         return;
     }
     for (int i = 0; i < s->nr_starting; i++) {
-        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1) {
-            return;     /* a later dispatch, of its source or another */
+        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1 &&
+            (!s->connect_timeout ||
+             clock_ns() - s->connecting_since_ns <
+             nbdblk_connect_timeout_ns(s))) {
+            return;     /* a later dispatch, of its source or another;
+                         * after the connect timeout the join drops it */
         }
     }
     nbdblk_connect_join(s);
@@ -239,6 +245,17 @@ NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
 
         if (!c->dead && (!best || c->in_flight < best->in_flight)) {
             best = c;
+        }
+    }
+    if (!best && n < s->nr_conns) {
+        /* Those taking requests died: the others take over. */
+        n = s->nr_conns;
+        for (int i = 0; i < n; i++) {
+            NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
+
+            if (!c->dead && (!best || c->in_flight < best->in_flight)) {
+                best = c;
+            }
         }
     }
     if (best) {
@@ -315,8 +332,19 @@ void nbdblk_spread_done(NbdBlkReq *req)
 int nbdblk_get_active_connections(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
+    int live = 0;
 
-    return bs->drv == &bdrv_nbd ? s->nr_active : 0;
+    if (bs->drv != &bdrv_nbd) {
+        return 0;
+    }
+    /* Retired connections take no requests (nbdblk_pick_conn()). */
+    for (int i = 0; i < s->nr_active; i++) {
+        live += !s->conns[i].dead;
+    }
+    for (int i = s->nr_active; i < s->nr_conns && !live; i++) {
+        live += !s->conns[i].dead;
+    }
+    return live ? live : s->nr_active;
 }
 
 bool nbdblk_spread_decided(BlockDriverState *bs)

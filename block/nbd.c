@@ -9,7 +9,8 @@
  * is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
- * Open options: connections=N (1..16).
+ * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
+ * default 10; 0: none), io-timeout=SECS (0..86400, default 600; 0: none).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -51,6 +52,29 @@ static bool nbdblk_parse_connections(GHashTable *options, int *n,
     }
     *n = count;
     g_hash_table_remove(options, "connections");
+    return true;
+}
+
+/* A timeout option NAME=SECS into *@secs, or @def. */
+static bool nbdblk_parse_timeout(GHashTable *options, const char *name,
+                                 int def, int *secs, GError **errp)
+{
+    const char *v = g_hash_table_lookup(options, name);
+    g_autofree char *what = g_strdup_printf("nbd: %s", name);
+    g_autoptr(GError) err = NULL;
+    int64_t n;
+
+    *secs = def;
+    if (!v) {
+        return true;
+    }
+    if (!parse_count(what, v, 0, NBDBLK_MAX_TIMEOUT, &n, &err)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "%s",
+                    err->message);
+        return false;
+    }
+    *secs = n;
+    g_hash_table_remove(options, name);
     return true;
 }
 
@@ -169,18 +193,10 @@ void nbdblk_connect_drop_started(NbdBlkState *s)
 
 void nbdblk_connect_wait_started(NbdBlkState *s)
 {
-    NbdBlkConn *first = &s->conns[s->nr_conns];
-    bool busy = true;
-
-    while (busy) {
-        busy = false;
-        for (int i = 0; i < s->nr_starting; i++) {
-            busy = busy || nbd_aio_is_connecting(first[i].h) == 1;
-        }
-        if (busy && nbdblk_conns_poll(first, s->nr_starting, 1000) < 0) {
-            break;      /* the first of them failed: the join sees it */
-        }
-    }
+    /* Those not ready by then (the first of them failed, the time is up,
+     * or the caller was interrupted) are dropped by the join. */
+    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
+                                nbdblk_connect_timeout_ns(s));
 }
 
 void nbdblk_connect_join(NbdBlkState *s)
@@ -239,6 +255,12 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     s->display = nbdblk_uri_redact(spec);
     s->uri = nbdblk_uri_parse(spec, errp);
     if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
+        !nbdblk_parse_timeout(options, "connect-timeout",
+                              NBDBLK_DEFAULT_CONNECT_TIMEOUT,
+                              &s->connect_timeout, errp) ||
+        !nbdblk_parse_timeout(options, "io-timeout",
+                              NBDBLK_DEFAULT_IO_TIMEOUT, &s->io_timeout,
+                              errp) ||
         !nbdblk_check_tls_files(s, errp)) {
         goto out_free;
     }
@@ -383,6 +405,11 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
                     s->can_fast_zero ? " fast-zero" : "",
                     s->can_trim ? " trim" : "",
                     s->can_status ? " base:allocation" : "");
+    if (s->nr_retired) {
+        nbdblk_info_add(sp, "connections retired: %d (their requests, %"
+                        G_GINT64_FORMAT ", went to the others)",
+                        s->nr_retired, s->nr_retried);
+    }
     if (s->dead_errno) {
         nbdblk_info_add(sp, "state: failed (%s)", g_strerror(s->dead_errno));
     }

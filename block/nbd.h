@@ -34,6 +34,42 @@
  */
 int nbdblk_default_connections(void);
 
+/*
+ * The "connect-timeout" open option, in seconds: how long opening a node
+ * waits for each connection's connect and handshake before it gives up
+ * (the first connection: the open fails; more connections: the node
+ * keeps those it has).  0 waits as long as the server takes.  The default
+ * is the handshake limit of QEMU's NBD server (qemu-nbd --handshake-limit,
+ * nbd-server-start handshake-max-seconds): a QEMU server drops a client
+ * that has not finished by then anyway.
+ */
+#define NBDBLK_DEFAULT_CONNECT_TIMEOUT  10
+#define NBDBLK_MAX_TIMEOUT              (24 * 60 * 60)
+
+/*
+ * The "io-timeout" open option, in seconds: a connection with commands in
+ * flight that gets no reply for that long is stalled.  It is shut down:
+ * retired when the node has other live connections (its requests go to
+ * them), else the node fails and its requests with ETIMEDOUT.  0: no
+ * bound.  Neither QEMU's NBD client nor nbdcopy has one.  The default is
+ * generous: a working server answers something well within it even at
+ * our deepest queues (64 requests of up to 32 MiB per connection, or 16
+ * zeroes of 2 GiB sharing one disk at 100 MB/s: 340 s for the first).
+ */
+#define NBDBLK_DEFAULT_IO_TIMEOUT       600
+
+/*
+ * Opening an NBD node blocks its caller while it connects (the control
+ * path).  While it waits, @func(@opaque) is called at least every 100 ms
+ * and whenever a signal interrupts the wait; when it returns true the open
+ * fails at once ("interrupted while connecting").  For a program whose
+ * signals are handled from its main loop: @func can dispatch what is
+ * pending and say whether a signal asked it to stop.  NULL (the default)
+ * removes it.  Process-wide; main loop thread only.
+ */
+typedef bool NbdBlkInterruptFunc(void *opaque);
+void nbdblk_set_interrupt_func(NbdBlkInterruptFunc *func, void *opaque);
+
 /* Requests in flight per connection (libnbd's advice); more wait in the
  * driver. */
 #define NBDBLK_MAX_IN_FLIGHT  64
@@ -91,7 +127,8 @@ int nbdblk_get_connections(BlockDriverState *bs);
 /*
  * How many of them take requests right now (block/nbd-spread.c): all when
  * the count was asked for, the server has shown latency or the trial found
- * them faster; 1 otherwise.  0 if @bs is not an NBD node.
+ * them faster; 1 otherwise; less those retired since (dead, their requests
+ * moved to the others).  0 if @bs is not an NBD node.
  */
 int nbdblk_get_active_connections(BlockDriverState *bs);
 

@@ -344,6 +344,7 @@ int cmd_convert(int argc, char **argv)
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per end when the server allows multi-conn, "
           "1..16 (default: CPUs up to 4)", "N" },
+        TOOL_NBD_TIMEOUT_ENTRIES,
         { "cache", 't', 0, G_OPTION_ARG_STRING, &o.dst_cache,
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,
@@ -392,6 +393,10 @@ int cmd_convert(int argc, char **argv)
                               tool_nbd_options(argv[2], nbd_opts), &created,
                               &ret);
     if (!dst) {
+        /* A signal that cut a connect short: its exit code. */
+        if (runner.signal) {
+            ret = job_runner_check_interrupted(&runner);
+        }
         goto out_runner;
     }
     job = mirror_job_new("convert", src, dst, &p, &err);

@@ -402,6 +402,7 @@ int cmd_start(int argc, char **argv)
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per NBD end, 1..16 (default: CPUs up to 4; 1 with --export)", "N" },
+        TOOL_NBD_TIMEOUT_ENTRIES,
         { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
           "the job's id and device name in QMP (default: mirror)", "ID" },
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,

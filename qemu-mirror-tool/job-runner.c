@@ -8,6 +8,7 @@
 #include "qemu-mirror-tool/qmp-job.h"
 #include "qemu-mirror-tool/tool.h"
 #include "block/mirror.h"
+#include "block/nbd.h"
 #include "util/cutils.h"
 #include "util/progress.h"
 
@@ -231,6 +232,17 @@ void job_runner_quit(void *opaque)
     job_runner_cancel(r, true);
 }
 
+/* While an NBD open connects (blocking): deliver the signals. */
+static bool job_runner_signalled(void *opaque)
+{
+    JobRunner *r = opaque;
+
+    while (g_main_context_iteration(NULL, FALSE)) {
+        /* dispatch what is pending */
+    }
+    return r->signal != 0;
+}
+
 void job_runner_init(JobRunner *r, const char *target, bool progress)
 {
     *r = (JobRunner) {
@@ -242,6 +254,7 @@ void job_runner_init(JobRunner *r, const char *target, bool progress)
     r->sighup_source = g_unix_signal_add(SIGHUP, job_runner_sighup, r);
     r->sigint_source = g_unix_signal_add(SIGINT, job_runner_sigint, r);
     r->sigterm_source = g_unix_signal_add(SIGTERM, job_runner_sigterm, r);
+    nbdblk_set_interrupt_func(job_runner_signalled, r);
 }
 
 int job_runner_check_interrupted(JobRunner *r)
@@ -397,6 +410,7 @@ void job_runner_print_summary(JobRunner *r, FILE *out)
 
 void job_runner_destroy(JobRunner *r)
 {
+    nbdblk_set_interrupt_func(NULL, NULL);
     if (r->progress_timer) {
         g_source_remove(r->progress_timer);
     }

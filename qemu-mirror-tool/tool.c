@@ -6,6 +6,7 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "block/mirror.h"
+#include "block/nbd.h"
 #include "util/cutils.h"
 
 #include <errno.h>
@@ -171,11 +172,43 @@ bool tool_parse_choice(const char *opt, const char *value,
     return false;
 }
 
+/* What TOOL_NBD_TIMEOUT_ENTRIES were given: open option -> seconds. */
+static GHashTable *tool_nbd_timeouts;
+
+gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
+                              gpointer data, GError **errp)
+{
+    int64_t v;
+
+    if (!parse_count(name, value, 0, NBDBLK_MAX_TIMEOUT, &v, errp)) {
+        return FALSE;
+    }
+    if (!tool_nbd_timeouts) {
+        tool_nbd_timeouts = g_hash_table_new_full(g_str_hash, g_str_equal,
+                                                  g_free, g_free);
+    }
+    /* "--connect-timeout" -> "connect-timeout" */
+    g_hash_table_replace(tool_nbd_timeouts, g_strdup(name + 2),
+                         g_strdup_printf("%" G_GINT64_FORMAT, v));
+    return TRUE;
+}
+
 GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts)
 {
     const char *drv = bdrv_spec_driver(spec);
+    GHashTableIter it;
+    gpointer key, value;
 
-    return drv && !strcmp(drv, "nbd") ? nbd_opts : NULL;
+    if (!drv || strcmp(drv, "nbd")) {
+        return NULL;
+    }
+    if (tool_nbd_timeouts) {
+        g_hash_table_iter_init(&it, tool_nbd_timeouts);
+        while (g_hash_table_iter_next(&it, &key, &value)) {
+            g_hash_table_replace(nbd_opts, g_strdup(key), g_strdup(value));
+        }
+    }
+    return nbd_opts;
 }
 
 bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,

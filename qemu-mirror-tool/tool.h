@@ -99,7 +99,10 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                                const char *connections, MirrorParams *p,
                                GHashTable *nbd_opts, GError **errp);
 
-/* Open options for @spec: @nbd_opts for NBD URIs, else NULL. */
+/*
+ * Open options for @spec: @nbd_opts for NBD URIs, with the timeouts of
+ * TOOL_NBD_TIMEOUT_ENTRIES added, else NULL.
+ */
 GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts);
 
 /*
@@ -119,6 +122,22 @@ bool tool_check_target_chain(BlockDriverState *src, const char *target);
  * return @ret.  Call it on every path that printed something.
  */
 int tool_finish_stdout(int ret);
+
+/*
+ * GOptionArgFunc of --connect-timeout and --io-timeout: check the value
+ * (0..86400 seconds) and keep it for tool_nbd_options().
+ */
+gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
+                              gpointer data, GError **errp);
+
+/* The NBD timeout options of convert and start, one GOptionEntry each. */
+#define TOOL_NBD_TIMEOUT_ENTRIES \
+    { "connect-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
+      "give up connecting to an NBD server after SECS (default 10; " \
+      "0: never)", "SECS" }, \
+    { "io-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
+      "an NBD connection with no reply for SECS is dead (default 600; " \
+      "0: never)", "SECS" }
 
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;

@@ -11,6 +11,7 @@
 #include <glib/gstdio.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -237,6 +238,139 @@ static void test_close_stalled(void)
     kill(srv->pid, SIGCONT);
 }
 
+/* Open @uri with @options (key, value, ..., NULL); NULL with @errp set. */
+static BlockDriverState *open_with(const char *uri, GError **errp,
+                                   const char *key, ...)
+{
+    g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
+                                                       g_str_equal,
+                                                       g_free, g_free);
+    va_list ap;
+
+    va_start(ap, key);
+    for (const char *k = key; k; k = va_arg(ap, const char *)) {
+        g_hash_table_insert(opts, g_strdup(k),
+                            g_strdup(va_arg(ap, const char *)));
+    }
+    va_end(ap);
+    return bdrv_open(uri, "nbd", BDRV_O_RDWR, opts, errp);
+}
+
+/* SIGSTOP @pid and wait until every thread of it has stopped: kill()
+ * returns before a thread running on another CPU is stopped. */
+static void stop_server(GPid pid)
+{
+    g_autofree char *dir = g_strdup_printf("/proc/%d/task", (int)pid);
+    gint64 deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+    bool all;
+
+    g_assert_cmpint(kill(pid, SIGSTOP), ==, 0);
+    do {
+        g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+        const char *tid;
+
+        g_assert_nonnull(d);
+        all = true;
+        while ((tid = g_dir_read_name(d)) && all) {
+            g_autofree char *path = g_strdup_printf("%s/%s/stat", dir, tid);
+            g_autofree char *stat = NULL;
+            const char *paren;
+
+            if (g_file_get_contents(path, &stat, NULL, NULL) &&
+                (paren = strrchr(stat, ')')) && paren[1] == ' ') {
+                all = paren[2] == 'T' || paren[2] == 't';
+            }
+        }
+        if (!all) {
+            g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+            g_usleep(1000);     /* waiting for the stop, not a delay */
+        }
+    } while (!all);
+}
+
+/* A stopped server: the handshake gives up after connect-timeout, and
+ * an interrupt check that says stop ends the wait at once. */
+static bool test_interrupt_now(void *opaque)
+{
+    int *calls = opaque;
+
+    return ++*calls >= 3;
+}
+
+static void test_connect_timeout(void)
+{
+    g_autoptr(Server) srv = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs;
+    gint64 t0;
+    int calls = 0;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    srv = server_start("memory", "64M", NULL);
+    stop_server(srv->pid);
+    t0 = g_get_monotonic_time();
+    bs = open_with(srv->uri, &err, "connect-timeout", "1", NULL);
+    g_assert_null(bs);
+    g_assert_nonnull(strstr(err->message, "did not finish the handshake "
+                            "within 1 s (connect-timeout)"));
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, G_USEC_PER_SEC);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 10 * G_USEC_PER_SEC);
+    g_clear_error(&err);
+
+    nbdblk_set_interrupt_func(test_interrupt_now, &calls);
+    t0 = g_get_monotonic_time();
+    bs = open_with(srv->uri, &err, "connect-timeout", "0", NULL);
+    nbdblk_set_interrupt_func(NULL, NULL);
+    g_assert_null(bs);
+    g_assert_nonnull(strstr(err->message, "interrupted while connecting"));
+    g_assert_cmpint(calls, ==, 3);      /* every 100 ms at most */
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
+    g_clear_error(&err);
+
+    bs = open_with(srv->uri, &err, "connect-timeout", "86401", NULL);
+    g_assert_null(bs);
+    g_assert_error(err, BLOCK_ERROR, BLOCK_ERROR_INVALID);
+    kill(srv->pid, SIGCONT);
+}
+
+/* A server that stops answering: io-timeout fails what was in flight,
+ * and everything after, with ETIMEDOUT. */
+static void test_io_timeout(void)
+{
+    g_autoptr(Server) srv = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs;
+    Pending p[4] = { 0 };
+    static uint8_t bufs[4][4096];
+    gint64 t0;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    srv = server_start("memory", "64M", NULL);
+    bs = open_with(srv->uri, &err, "io-timeout", "1", "connections", "1",
+                   NULL);
+    g_assert_no_error(err);
+    g_assert_cmpint(test_pread(bs, 0, 4096, bufs[0]), ==, 0);
+    stop_server(srv->pid);
+    t0 = g_get_monotonic_time();
+    for (int i = 0; i < 4; i++) {
+        bdrv_aio_pread(bs, i * 4096, 4096, bufs[i], 0, pending_cb, &p[i]);
+    }
+    run_until_all(p, 4, 30);
+    for (int i = 0; i < 4; i++) {
+        g_assert_cmpint(p[i].ret, ==, -ETIMEDOUT);
+        g_assert_cmpint(p[i].done_us - t0, >=, G_USEC_PER_SEC);
+        g_assert_cmpint(p[i].done_us - t0, <, 10 * G_USEC_PER_SEC);
+    }
+    g_assert_cmpint(test_pread(bs, 0, 4096, bufs[0]), ==, -ETIMEDOUT);
+    g_assert_true(info_has(bs, "state: failed (Connection timed out)"));
+    bdrv_unref(bs);
+    kill(srv->pid, SIGCONT);
+}
+
 /* TLS with a pre-shared key; no downgrade either way. */
 static void test_tls_psk(void)
 {
@@ -316,6 +450,8 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/cancel", test_cancel);
     g_test_add_func("/nbd/queue", test_queue);
     g_test_add_func("/nbd/close-stalled", test_close_stalled);
+    g_test_add_func("/nbd/connect-timeout", test_connect_timeout);
+    g_test_add_func("/nbd/io-timeout", test_io_timeout);
     g_test_add_func("/nbd/tls-psk", test_tls_psk);
     return g_test_run();
 }
