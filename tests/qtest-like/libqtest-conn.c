@@ -185,21 +185,14 @@ JsonObject *qtest_conn_greeting(QTestConn *c)
     return c->greeting;
 }
 
-JsonObject *qtest_conn_qmp_raw(QTestConn *c, const char *line)
+/* The next reply before @deadline, queueing events; NULL: none came. */
+static JsonObject *qtest_conn_reply_deadline(QTestConn *c, gint64 deadline)
 {
-    g_autofree char *text = g_strdup_printf("%s\n", line);
-    gint64 deadline = g_get_monotonic_time() +
-                      QTEST_REPLY_TIMEOUT_S * G_USEC_PER_SEC;
-
-    if (!qtest_conn_send_raw(c, text, strlen(text))) {
-        qtest_die(c->q, "cannot send '%s': %s", line, g_strerror(errno));
-    }
     for (;;) {
         JsonObject *msg = qtest_conn_read_deadline(c, deadline);
 
         if (!msg) {
-            qtest_die(c->q, "no reply to '%s' (connection closed or "
-                      "%d s passed)", line, QTEST_REPLY_TIMEOUT_S);
+            return NULL;
         }
         if (json_object_has_member(msg, "return") ||
             json_object_has_member(msg, "error")) {
@@ -212,6 +205,62 @@ JsonObject *qtest_conn_qmp_raw(QTestConn *c, const char *line)
         qtest_die(c->q, "unexpected message: %s",
                   qtest_json_to_string(msg));
     }
+}
+
+JsonObject *qtest_conn_read_reply(QTestConn *c, int timeout_s)
+{
+    JsonObject *r = qtest_conn_reply_deadline(c, g_get_monotonic_time() +
+                                                 timeout_s * G_USEC_PER_SEC);
+
+    if (!r) {
+        qtest_die(c->q, "no reply within %d s (connection closed or "
+                  "timed out)", timeout_s);
+    }
+    return r;
+}
+
+char *qtest_conn_read_reply_line(QTestConn *c, int timeout_s)
+{
+    for (;;) {
+        char *line = qtest_conn_read_line(c, timeout_s);
+        g_autoptr(JsonParser) p = NULL;
+        JsonNode *root;
+
+        if (!line) {
+            qtest_die(c->q, "no reply line within %d s (connection closed "
+                      "or timed out)", timeout_s);
+        }
+        if (!g_str_has_prefix(line, "{\"event\"")) {
+            return line;
+        }
+        p = json_parser_new();
+        if (!json_parser_load_from_data(p, line, -1, NULL) ||
+            !(root = json_parser_get_root(p)) ||
+            !JSON_NODE_HOLDS_OBJECT(root)) {
+            qtest_die(c->q, "the server sent an event that is not a JSON "
+                      "object: %s", line);
+        }
+        g_queue_push_tail(&c->events,
+                          json_object_ref(json_node_get_object(root)));
+        g_free(line);
+    }
+}
+
+JsonObject *qtest_conn_qmp_raw(QTestConn *c, const char *line)
+{
+    g_autofree char *text = g_strdup_printf("%s\n", line);
+    JsonObject *r;
+
+    if (!qtest_conn_send_raw(c, text, strlen(text))) {
+        qtest_die(c->q, "cannot send '%s': %s", line, g_strerror(errno));
+    }
+    r = qtest_conn_reply_deadline(c, g_get_monotonic_time() +
+                                     QTEST_REPLY_TIMEOUT_S * G_USEC_PER_SEC);
+    if (!r) {
+        qtest_die(c->q, "no reply to '%s' (connection closed or "
+                  "%d s passed)", line, QTEST_REPLY_TIMEOUT_S);
+    }
+    return r;
 }
 
 char *qtest_request_vprintf(const char *cmd, const char *fmt,

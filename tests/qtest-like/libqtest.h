@@ -98,6 +98,20 @@ JsonObject *qtest_conn_read(QTestConn *c, int timeout_s);
  */
 char *qtest_conn_read_line(QTestConn *c, int timeout_s);
 
+/*
+ * The next reply ("return" or "error"), queueing the events that come
+ * before it for qtest_conn_wait_event(); fails the test after
+ * @timeout_s.  Caller unrefs.
+ */
+JsonObject *qtest_conn_read_reply(QTestConn *c, int timeout_s);
+
+/*
+ * The next reply line as sent (qtest_conn_read_line()), queueing the
+ * events that come before it; fails the test after @timeout_s.  Caller
+ * frees.
+ */
+char *qtest_conn_read_reply_line(QTestConn *c, int timeout_s);
+
 /* Did the server close the connection (EOF within @timeout_s)? */
 bool qtest_conn_wait_eof(QTestConn *c, int timeout_s);
 

@@ -399,32 +399,16 @@ static void test_quit(void)
     g_assert_nonnull(strstr(qtest_stderr(q), "cancelled"));
 }
 
-/* The next reply on @c, skipping events. */
+/* The next reply on @c, events kept for qtest_conn_wait_event(). */
 static JsonObject *read_reply(QTestConn *c)
 {
-    for (;;) {
-        JsonObject *r = qtest_conn_read(c, QTEST_REPLY_TIMEOUT_S);
-
-        g_assert_nonnull(r);
-        if (!json_object_has_member(r, "event")) {
-            return r;
-        }
-        json_object_unref(r);
-    }
+    return qtest_conn_read_reply(c, QTEST_REPLY_TIMEOUT_S);
 }
 
-/* The next reply line on @c as sent, skipping events. */
+/* The next reply line on @c as sent, events kept likewise. */
 static char *read_reply_line(QTestConn *c)
 {
-    for (;;) {
-        char *line = qtest_conn_read_line(c, QTEST_REPLY_TIMEOUT_S);
-
-        g_assert_nonnull(line);
-        if (!g_str_has_prefix(line, "{\"event\"")) {
-            return line;
-        }
-        g_free(line);
-    }
+    return qtest_conn_read_reply_line(c, QTEST_REPLY_TIMEOUT_S);
 }
 
 /*
