@@ -59,8 +59,9 @@ typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
 /* ...and all clients together, the largest backlog dropped first
  * (--qmp-max-total-output). */
 #define QMP_MAX_TOTAL_OUTPUT        (64 << 20)
-/* What those options accept: 64 KiB (far above any one message) up to
- * 1 GiB for one client, 16 GiB for all. */
+/* What those options accept: from 64 KiB (above any message but the reply
+ * to a request whose long id it echoes: a cap below the reply drops that
+ * client) up to 1 GiB for one client, 16 GiB for all. */
 #define QMP_MIN_OUTPUT_LIMIT        ((int64_t)64 << 10)
 #define QMP_MAX_OUTPUT_LIMIT        ((int64_t)1 << 30)
 #define QMP_MAX_TOTAL_OUTPUT_LIMIT  ((int64_t)16 << 30)
