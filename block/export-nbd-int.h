@@ -148,8 +148,8 @@
  * and --shared x NBDSRV_CLIENT_MIN_BYTES.
  */
 #define NBDSRV_CLIENT_MAX_BYTES     (64 * MiB)
-#define NBDSRV_CLIENT_MIN_BYTES     ((uint64_t)NBDSRV_MAX_PAYLOAD + 1 * MiB)
-#define NBDSRV_SERVER_MAX_BYTES     (1 * GiB)
+#define NBDSRV_CLIENT_MIN_BYTES     NBDSRV_CLIENT_GUARANTEE
+#define NBDSRV_SERVER_MAX_BYTES     NBDSRV_DEFAULT_BUDGET
 /*
  * The gate: READs and WRITEs above NBDSRV_GATE_MIN go to the block layer
  * only while less than NBDSRV_GATE_MAX bytes of them are there, the

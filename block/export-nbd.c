@@ -19,8 +19,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define NBDSRV_DEFAULT_HANDSHAKE_MS 10000
-#define NBDSRV_DEFAULT_STALL_MS     30000
 #define NBDSRV_ACCEPT_RETRY_MS      100
 #define NBDSRV_ACCEPT_BATCH         64
 

@@ -51,6 +51,21 @@
 /* Default payload timeout (see nbdsrv_set_payload_timeout()). */
 #define NBDSRV_DEFAULT_PAYLOAD_MS   30000
 
+/* Default handshake and stall timeouts (see nbdsrv_set_timeouts()). */
+#define NBDSRV_DEFAULT_HANDSHAKE_MS 10000
+#define NBDSRV_DEFAULT_STALL_MS     30000
+
+/*
+ * Default byte budget (see nbdsrv_set_budget()), and the part of it every
+ * open connection is guaranteed: one request of the largest size and its
+ * small replies.  The budget is never below --shared guarantees.
+ */
+#define NBDSRV_DEFAULT_BUDGET       ((uint64_t)1024 * 1024 * 1024)
+#define NBDSRV_CLIENT_GUARANTEE     ((uint64_t)NBDSRV_MAX_PAYLOAD + \
+                                     1024 * 1024)
+/* Largest budget the command line takes (a sanity bound, 1 TiB). */
+#define NBDSRV_MAX_BUDGET           ((int64_t)1 << 40)
+
 typedef struct NbdServer NbdServer;
 
 /* Counters since nbdsrv_new(), for tests and diagnostics. */
@@ -165,9 +180,10 @@ void nbdsrv_set_payload_timeout(NbdServer *srv, int64_t payload_ms);
 void nbdsrv_set_shared(NbdServer *srv, unsigned shared);
 
 /*
- * The byte budget over all connections (default 1 GiB); the server uses
- * the larger of @bytes and shared x 33 MiB, so that every connection keeps
- * its guarantee.  For tests and embedders; not a command-line option.
+ * The byte budget over all connections (default NBDSRV_DEFAULT_BUDGET,
+ * 1 GiB); the server uses the larger of @bytes and shared x
+ * NBDSRV_CLIENT_GUARANTEE (33 MiB), so that every connection keeps its
+ * guarantee.  `serve --budget` and `start --export-budget` set it.
  */
 void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes);
 

@@ -75,8 +75,14 @@ int cmd_serve(int argc, char **argv)
     g_autofree char *export_name = NULL;
     g_autofree char *shared = NULL;
     g_autofree char *payload_timeout = NULL;
+    g_autofree char *handshake_limit = NULL;
+    g_autofree char *reply_timeout = NULL;
+    g_autofree char *budget = NULL;
     int64_t shared_n = NBDSRV_DEFAULT_SHARED;
     int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
+    int64_t handshake_s = NBDSRV_DEFAULT_HANDSHAKE_MS / 1000;
+    int64_t reply_s = NBDSRV_DEFAULT_STALL_MS / 1000;
+    int64_t budget_n = 0;
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
@@ -97,6 +103,16 @@ int cmd_serve(int argc, char **argv)
         { "payload-timeout", 0, 0, G_OPTION_ARG_STRING, &payload_timeout,
           "drop a client whose WRITE payload has not arrived SECONDS "
           "after its header, 0..86400, 0: never (default 30)", "SECONDS" },
+        { "handshake-limit", 0, 0, G_OPTION_ARG_STRING, &handshake_limit,
+          "drop a client that has not finished the handshake SECONDS "
+          "after connecting, 0..86400, 0: never (default 10)", "SECONDS" },
+        { "reply-timeout", 0, 0, G_OPTION_ARG_STRING, &reply_timeout,
+          "drop a client whose unsent replies make no progress for SECONDS, "
+          "0..86400, 0: never (default 30)", "SECONDS" },
+        { "budget", 0, 0, G_OPTION_ARG_STRING, &budget,
+          "bytes of request buffers and unsent replies over all clients, "
+          "at least --shared x 33M, at most 1T (default: 1G, or --shared x "
+          "33M if more)", "SIZE" },
         { NULL },
     };
 
@@ -116,7 +132,17 @@ int cmd_serve(int argc, char **argv)
                                 &shared_n, &err)) ||
         (payload_timeout &&
          !parse_count("--payload-timeout", payload_timeout, 0, 86400,
-                      &payload_s, &err))) {
+                      &payload_s, &err)) ||
+        (handshake_limit &&
+         !parse_count("--handshake-limit", handshake_limit, 0, 86400,
+                      &handshake_s, &err)) ||
+        (reply_timeout &&
+         !parse_count("--reply-timeout", reply_timeout, 0, 86400,
+                      &reply_s, &err)) ||
+        (budget &&
+         !parse_size_range("--budget", budget,
+                           shared_n * NBDSRV_CLIENT_GUARANTEE,
+                           NBDSRV_MAX_BUDGET, false, &budget_n, &err))) {
         tool_error("%s", err->message);
         return TOOL_EXIT_USAGE;
     }
@@ -137,6 +163,10 @@ int cmd_serve(int argc, char **argv)
     }
     nbdsrv_set_shared(srv, shared_n);
     nbdsrv_set_payload_timeout(srv, payload_s * 1000);
+    nbdsrv_set_timeouts(srv, handshake_s * 1000, reply_s * 1000);
+    if (budget) {
+        nbdsrv_set_budget(srv, budget_n);
+    }
     sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
     sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
     /* A dropped ssh session: stop as on SIGTERM, flushing what we served. */

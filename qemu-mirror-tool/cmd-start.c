@@ -358,10 +358,20 @@ int cmd_start(int argc, char **argv)
     int ret = TOOL_EXIT_USAGE;
     g_autofree char *export_shared = NULL;
     g_autofree char *export_payload_timeout = NULL;
+    g_autofree char *export_handshake_limit = NULL;
+    g_autofree char *export_reply_timeout = NULL;
+    g_autofree char *export_budget = NULL;
     g_autofree char *qmp_max_clients_str = NULL;
+    g_autofree char *qmp_max_output_str = NULL;
+    g_autofree char *qmp_max_total_output_str = NULL;
     int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
+    int64_t qmp_max_output = QMP_MAX_CLIENT_OUTPUT;
+    int64_t qmp_max_total_output = QMP_MAX_TOTAL_OUTPUT;
     int64_t shared = NBDSRV_DEFAULT_SHARED;
     int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
+    int64_t handshake_s = NBDSRV_DEFAULT_HANDSHAKE_MS / 1000;
+    int64_t reply_s = NBDSRV_DEFAULT_STALL_MS / 1000;
+    int64_t budget = 0;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -422,8 +432,28 @@ int cmd_start(int argc, char **argv)
           "the export drops a client whose WRITE payload has not arrived "
           "SECONDS after its header, 0..86400, 0: never (default 30)",
           "SECONDS" },
+        { "export-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
+          &export_handshake_limit,
+          "the export drops a client that has not finished the handshake "
+          "SECONDS after connecting, 0..86400, 0: never (default 10)",
+          "SECONDS" },
+        { "export-reply-timeout", 0, 0, G_OPTION_ARG_STRING,
+          &export_reply_timeout,
+          "the export drops a client whose unsent replies make no progress "
+          "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" },
+        { "export-budget", 0, 0, G_OPTION_ARG_STRING, &export_budget,
+          "bytes of request buffers and unsent replies of the export over "
+          "all clients, at least --export-shared x 33M, at most 1T "
+          "(default: 1G, or --export-shared x 33M if more)", "SIZE" },
         { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
           "QMP clients at a time, 1..1024 (default 16)", "N" },
+        { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &qmp_max_output_str,
+          "drop a QMP client that leaves more than SIZE of output unread, "
+          "64K..1G (default 16M)", "SIZE" },
+        { "qmp-max-total-output", 0, 0, G_OPTION_ARG_STRING,
+          &qmp_max_total_output_str,
+          "unread QMP output of all clients together, 64K..16G; above it "
+          "the client with the most is dropped (default 64M)", "SIZE" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
@@ -449,14 +479,26 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* The listeners' limits, before anything is opened. */
-    if ((export_shared || export_payload_timeout) && !o.export_addr) {
-        tool_error("--export-shared and --export-payload-timeout need "
-                   "--export ADDR");
-        goto out;
-    }
-    if (qmp_max_clients_str && !o.qmp) {
-        tool_error("--qmp-max-clients needs --qmp PATH");
-        goto out;
+    {
+        const char *export_opt =
+            export_shared ? "--export-shared" :
+            export_payload_timeout ? "--export-payload-timeout" :
+            export_handshake_limit ? "--export-handshake-limit" :
+            export_reply_timeout ? "--export-reply-timeout" :
+            export_budget ? "--export-budget" : NULL;
+        const char *qmp_opt =
+            qmp_max_clients_str ? "--qmp-max-clients" :
+            qmp_max_output_str ? "--qmp-max-output" :
+            qmp_max_total_output_str ? "--qmp-max-total-output" : NULL;
+
+        if (export_opt && !o.export_addr) {
+            tool_error("%s needs --export ADDR", export_opt);
+            goto out;
+        }
+        if (qmp_opt && !o.qmp) {
+            tool_error("%s needs --qmp PATH", qmp_opt);
+            goto out;
+        }
     }
     if ((export_shared &&
          !parse_count("--export-shared", export_shared, 1,
@@ -464,9 +506,28 @@ int cmd_start(int argc, char **argv)
         (export_payload_timeout &&
          !parse_count("--export-payload-timeout", export_payload_timeout,
                       0, 86400, &payload_s, &err)) ||
+        (export_handshake_limit &&
+         !parse_count("--export-handshake-limit", export_handshake_limit,
+                      0, 86400, &handshake_s, &err)) ||
+        (export_reply_timeout &&
+         !parse_count("--export-reply-timeout", export_reply_timeout,
+                      0, 86400, &reply_s, &err)) ||
+        (export_budget &&
+         !parse_size_range("--export-budget", export_budget,
+                           shared * NBDSRV_CLIENT_GUARANTEE,
+                           NBDSRV_MAX_BUDGET, false, &budget, &err)) ||
         (qmp_max_clients_str &&
          !parse_count("--qmp-max-clients", qmp_max_clients_str, 1,
-                      QMP_MAX_MAX_CLIENTS, &qmp_max_clients, &err))) {
+                      QMP_MAX_MAX_CLIENTS, &qmp_max_clients, &err)) ||
+        (qmp_max_output_str &&
+         !parse_size_range("--qmp-max-output", qmp_max_output_str,
+                           QMP_MIN_OUTPUT_LIMIT, QMP_MAX_OUTPUT_LIMIT,
+                           false, &qmp_max_output, &err)) ||
+        (qmp_max_total_output_str &&
+         !parse_size_range("--qmp-max-total-output",
+                           qmp_max_total_output_str, QMP_MIN_OUTPUT_LIMIT,
+                           QMP_MAX_TOTAL_OUTPUT_LIMIT, false,
+                           &qmp_max_total_output, &err))) {
         tool_error("%s", err->message);
         goto out;
     }
@@ -506,6 +567,10 @@ int cmd_start(int argc, char **argv)
         }
         nbdsrv_set_shared(export, shared);
         nbdsrv_set_payload_timeout(export, payload_s * 1000);
+        nbdsrv_set_timeouts(export, handshake_s * 1000, reply_s * 1000);
+        if (export_budget) {
+            nbdsrv_set_budget(export, budget);
+        }
         mirror_job_set_top(job, top);
         /* Like serve's "serving on ADDR", with PORT 0 resolved; on stderr,
          * as stdout may carry --json events. */
@@ -529,6 +594,10 @@ int cmd_start(int argc, char **argv)
         host = (QmpJobHost) {
             .job = job, .quit = job_runner_quit, .opaque = &runner,
         };
+        qmp_server_set_output_limits(qmp,
+                                     MIN(QMP_PAUSE_OUTPUT,
+                                         qmp_max_output / 4),
+                                     qmp_max_output, qmp_max_total_output);
         qmp_job_register(qmp, &host);
         runner.qmp = qmp;
         runner.qmp_wait = o.qmp_wait;

@@ -53,10 +53,18 @@ typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
 
 /* A request line longer than this drops its client. */
 #define QMP_MAX_LINE                (1 << 20)
-/* Output one client may leave unread before it is dropped... */
+/* Output one client may leave unread before it is dropped
+ * (--qmp-max-output)... */
 #define QMP_MAX_CLIENT_OUTPUT       (16 << 20)
-/* ...and all clients together (the largest backlog is dropped first). */
+/* ...and all clients together, the largest backlog dropped first
+ * (--qmp-max-total-output). */
 #define QMP_MAX_TOTAL_OUTPUT        (64 << 20)
+/* What those options accept: from 64 KiB (above any message but the reply
+ * to a request whose long id it echoes: a cap below the reply drops that
+ * client) up to 1 GiB for one client, 16 GiB for all. */
+#define QMP_MIN_OUTPUT_LIMIT        ((int64_t)64 << 10)
+#define QMP_MAX_OUTPUT_LIMIT        ((int64_t)1 << 30)
+#define QMP_MAX_TOTAL_OUTPUT_LIMIT  ((int64_t)16 << 30)
 /* Past this much unread output, a client's requests wait (not read). */
 #define QMP_PAUSE_OUTPUT            (1 << 20)
 /* QEMU's limit on nested arrays and objects (MAX_NESTING in
@@ -82,8 +90,14 @@ bool qmp_server_add_client(QmpServer *srv, int fd);
 unsigned qmp_server_client_count(QmpServer *srv);
 
 /*
- * Lower the output caps (QMP_MAX_CLIENT_OUTPUT, QMP_MAX_TOTAL_OUTPUT) and
- * the pause threshold, so that the fuzzer reaches the drop paths.
+ * Change the output caps (defaults QMP_MAX_CLIENT_OUTPUT and
+ * QMP_MAX_TOTAL_OUTPUT, see docs/security.md) and the pause threshold
+ * (QMP_PAUSE_OUTPUT: past it a client's requests are not read until it
+ * reads its output; keep it well below @per_client, so that a client
+ * sending faster than it reads is paused before it is dropped).  Takes
+ * effect for output queued from now on.  `start --qmp-max-output` and
+ * `--qmp-max-total-output` set the caps; the fuzzer lowers all three to
+ * reach the drop paths.
  */
 void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
                                   size_t per_client, size_t total);

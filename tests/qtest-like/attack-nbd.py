@@ -17,6 +17,22 @@
 #   attack-nbd.py shared SOCKET URI IMAGE PID
 #       The server runs with --shared 2: a third connection waits (in the
 #       listen backlog) until one of the two leaves, then it is served.
+#   attack-nbd.py handshake-limit SOCKET URI IMAGE PID
+#       The server runs with --handshake-limit 1: a client that reads the
+#       greeting and says nothing is dropped within 8 s (the default is
+#       10 s), a client in transmission that stayed idle meanwhile is still
+#       answered, and qemu-io and nbdcopy are served.
+#   attack-nbd.py reply-timeout SOCKET URI IMAGE PID
+#       The server runs with --reply-timeout 2: a client that asks for
+#       eight 32 MiB READs and reads none of the replies is hung up on
+#       within 20 s (the default is 30 s), while qemu-io and nbdcopy are
+#       served.
+#   attack-nbd.py budget SOCKET URI IMAGE PID
+#       The server runs with --shared 2 --budget 66M (2 x 33 MiB): a client
+#       that asks for four 32 MiB READs and reads nothing holds one reply's
+#       worth, not two (its 64 MiB share of the default budget): the server
+#       grows by less than 48 MiB (not checked under AddressSanitizer);
+#       qemu-io and nbdcopy are served meanwhile.
 #
 # Every socket operation gives up after 30 s, every client run after
 # 60 s: a starved client fails the test, it never hangs it.  Exits 0 when
@@ -30,10 +46,12 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 
 INIT, OPTS = 0x4e42444d41474943, 0x49484156454f5054
 REQUEST_MAGIC = 0x25609513
-CMD_WRITE = 1
+CMD_READ, CMD_WRITE = 0, 1
 OPT_LIST = 3
 MiB = 1 << 20
 
@@ -108,6 +126,44 @@ def victim():
     assert out == image_bytes(0, len(out)) and len(out) >= 32 * MiB
 
 
+def hung_up(s, timeout):
+    """Seconds until the server hung up on @s, without reading from it
+    (reading would let its replies progress), or None after @timeout."""
+    t0 = time.monotonic()
+    p = select.poll()
+    p.register(s, select.POLLHUP)
+    while time.monotonic() - t0 < timeout:
+        for _, ev in p.poll(200):
+            if ev & (select.POLLHUP | select.POLLERR):
+                return time.monotonic() - t0
+    return None
+
+
+def victim_thread():
+    """victim() on a thread; join it with join_victim()."""
+    err = []
+
+    def body():
+        try:
+            victim()
+        except BaseException as e:      # re-raised by join_victim()
+            err.append(e)
+    t = threading.Thread(target=body)
+    t.start()
+    return t, err
+
+
+def join_victim(t, err):
+    t.join(120)
+    assert not t.is_alive(), "the victim hung"
+    if err:
+        raise err[0]
+
+
+def asan():
+    return "libasan" in open("/proc/%s/maps" % pid).read()
+
+
 def rss_kib():
     for line in open("/proc/%s/status" % pid):
         if line.startswith("VmRSS:"):
@@ -153,7 +209,7 @@ elif kind == "option-flood":
     grown = rss_kib() - before
     # Under AddressSanitizer the RSS says little (quarantine, shadow): the
     # bound is checked there by test-export-nbd-attack's option-flood.
-    if "libasan" not in open("/proc/%s/maps" % pid).read():
+    if not asan():
         assert grown < 8 * 1024, "the server grew by %d KiB" % grown
     for s in floods:
         s.close()
@@ -172,5 +228,54 @@ elif kind == "shared":
     read(c, 10)
     c.close()
     a.close()
+elif kind == "handshake-limit":
+    idle = transmission()
+    silent = conn()
+    read(silent, 18)            # the greeting, then nothing
+    t0 = time.monotonic()
+    assert closed(silent)
+    took = time.monotonic() - t0
+    assert took < 8, "the silent client was dropped after %.1f s" % took
+    # The limit is on the handshake only: the idle client, in
+    # transmission for longer than the limit, is still answered.
+    idle.sendall(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, 7, 0,
+                             4096))
+    magic, err, cookie = struct.unpack(">IIQ", read(idle, 16))
+    assert (err, cookie) == (0, 7), (err, cookie)
+    assert read(idle, 4096) == image_bytes(0, 4096)
+    idle.close()
+    victim()
+elif kind == "reply-timeout":
+    s = transmission()
+    for i in range(8):
+        s.sendall(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, i,
+                              i * MiB, 32 * MiB))
+    v = victim_thread()
+    took = hung_up(s, 20)
+    assert took is not None, "a client not reading was not dropped in 20 s"
+    join_victim(*v)
+    s.close()
+elif kind == "budget":
+    before = rss_kib()
+    s = transmission()
+    for i in range(4):
+        s.sendall(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, i,
+                              i * MiB, 32 * MiB))
+    # The server's memory rises while it reads what the budget allows,
+    # then stays: wait until it did not change for 1.5 s (30 s at most).
+    peak, last, still = before, None, time.monotonic()
+    t_end = time.monotonic() + 30
+    while time.monotonic() < t_end and time.monotonic() - still < 1.5:
+        now = rss_kib()
+        peak = max(peak, now)
+        if now != last:
+            last, still = now, time.monotonic()
+        time.sleep(0.1)
+    grown = peak - before
+    sys.stderr.write("budget: the server grew by %d KiB\n" % grown)
+    if not asan():
+        assert grown < 48 * 1024, "the server grew by %d KiB" % grown
+    victim()
+    s.close()
 else:
     sys.exit("unknown attack '%s'" % kind)

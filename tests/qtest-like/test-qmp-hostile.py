@@ -7,7 +7,9 @@
 # while another waits for BLOCK_JOB_COMPLETED.  After each attack a
 # well-behaved client must be answered within seconds; at the end the job
 # completes (through `mirror-tool qmp --wait-event`) and the target is
-# byte-identical to the source.
+# byte-identical to the source.  Then `--qmp-max-output` and
+# `--qmp-max-total-output` on their own job: a client that reads nothing is
+# dropped at the lowered cap while a good client is answered.
 #
 # Runs under meson with MIRROR_TOOL set; prints TAP.
 #
@@ -17,6 +19,7 @@
 import json
 import os
 import resource
+import select
 import shutil
 import socket
 import subprocess
@@ -215,6 +218,7 @@ class Ctx:
             self.tool.kill()
         out, err = self.tool.communicate()
         self.errors.append(err.decode(errors="replace"))
+        self.tool = None
 
 
 def main():
@@ -233,6 +237,12 @@ def main():
                 section(ctx, ctx.tool, ctx.sock, ctx.good)
             except Exception as e:
                 check(False, "%s: %r" % (section.__name__, e))
+        ctx.stop()
+        for limits in OUTPUT_LIMITS:
+            try:
+                limits(ctx, tmp)
+            except Exception as e:
+                check(False, "%s: %r" % (limits.__name__, e))
     finally:
         ctx.stop()
         if failed:
@@ -489,6 +499,113 @@ def stuck_client(ctx, tool, sock, good):
     check(same, "the target is byte-identical to the source")
 
 
+
+# ---- the output caps as options, each on a job of its own ----
+
+def start_limited(ctx, tmp, args):
+    """`start --qmp` with @args on a fresh target; (tool, socket, good)."""
+    sock = os.path.join(tmp, "lim.sock")
+    dst = os.path.join(tmp, "lim.raw")
+    for f in (sock, dst):
+        if os.path.exists(f):
+            os.unlink(f)
+    with open(dst, "wb") as f:
+        f.truncate(SIZE)
+    tool = subprocess.Popen(
+        [TOOL, "start", "--qmp", sock, "--qmp-wait", "--speed", "4M"] +
+        args + [ctx.src, dst],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.monotonic() + TMO
+    while not os.path.exists(sock):
+        if time.monotonic() > end or tool.poll() is not None:
+            tool.kill()
+            raise RuntimeError("%s: the QMP socket did not come up: %s" %
+                               (args, tool.communicate()[1].decode()))
+        time.sleep(0.05)
+    return tool, sock, Client(sock)
+
+
+def stop_limited(ctx, tool):
+    if tool.poll() is None:
+        tool.kill()
+    ctx.errors.append(tool.communicate()[1].decode(errors="replace"))
+
+
+def flood_unread(c):
+    """Send query-block-jobs on @c, reading nothing, until the server
+    stops reading it (sends block for a second) or hangs up."""
+    c.s.setblocking(False)
+    burst = b'{"execute": "query-block-jobs"}\n' * 256
+    sent, t_end, blocked = 0, time.monotonic() + TMO, None
+    while time.monotonic() < t_end:
+        try:
+            sent += c.s.send(burst)
+            blocked = None
+        except BlockingIOError:
+            blocked = blocked or time.monotonic()
+            if time.monotonic() - blocked > 1:
+                break
+            time.sleep(0.01)
+        except OSError:
+            break
+    return sent
+
+
+def hung_up(c, timeout=0.0):
+    """Did the server hang up on @c (within @timeout s)?  Reads nothing:
+    reading would let its output drain."""
+    p = select.poll()
+    p.register(c.s, select.POLLHUP)
+    return any(ev & (select.POLLHUP | select.POLLERR)
+               for _, ev in p.poll(int(timeout * 1000)))
+
+
+def max_output(ctx, tmp):
+    # --qmp-max-output 64K: a client that reads nothing is paused at 16K
+    # of unread output; the events a good client's pause/resume send to
+    # every client push it past 64K and it is dropped.  With the default
+    # (16 MiB) it would stay, paused, for the 2000 pairs below.
+    tool, sock, good = start_limited(ctx, tmp, ["--qmp-max-output", "64K"])
+    try:
+        c = Client(sock)
+        sent = flood_unread(c)
+        diag("the client that reads nothing sent %d KiB" % (sent // 1024))
+        pairs = 0
+        while pairs < 2000 and not hung_up(c):
+            for name in ("block-job-pause", "block-job-resume"):
+                r = good.cmd(name, {"device": "mirror"})
+                assert r is not None and "return" in r, (name, r)
+            pairs += 1
+        dropped = hung_up(c, TMO)
+        diag("dropped after %d pause/resume pairs" % pairs)
+        check(dropped, "--qmp-max-output 64K: a client that reads nothing "
+              "is dropped")
+        alive(tool, good, "--qmp-max-output 64K")
+        c.close()
+    finally:
+        stop_limited(ctx, tool)
+
+
+def max_total_output(ctx, tmp):
+    # --qmp-max-total-output 128K with a per-client cap of 1G (so a client
+    # is paused only at 1 MiB): a client that reads nothing crosses the
+    # total first and is dropped; with the default (64 MiB) it would be
+    # paused, not dropped.
+    tool, sock, good = start_limited(ctx, tmp, [
+        "--qmp-max-output", "1G", "--qmp-max-total-output", "128K"])
+    try:
+        c = Client(sock)
+        sent = flood_unread(c)
+        diag("the client that reads nothing sent %d KiB" % (sent // 1024))
+        check(hung_up(c, TMO), "--qmp-max-total-output 128K: a client "
+              "that reads nothing is dropped")
+        alive(tool, good, "--qmp-max-total-output 128K")
+        c.close()
+    finally:
+        stop_limited(ctx, tool)
+
+
+OUTPUT_LIMITS = [max_output, max_total_output]
 
 
 SECTIONS = [nesting, duplicate_keys, nul_bytes, two_objects, capabilities,

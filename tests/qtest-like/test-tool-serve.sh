@@ -338,11 +338,51 @@ expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" shared \
 stop_serve sh TERM
 ok "--shared 2: a third connection waits until one left, then is served"
 
+# --- the listeners' limits as options ---------------------------------------
+for bad in "--handshake-limit 1s:--handshake-limit '1s': invalid number" \
+    "--handshake-limit 86401:--handshake-limit '86401': must be between 0" \
+    "--reply-timeout -1:--reply-timeout '-1': must be between 0" \
+    "--reply-timeout x:--reply-timeout 'x': invalid number" \
+    "--budget 100M:--budget '100M': must be between 528M and 1T" \
+    "--budget 2T:--budget '2T': must be between" \
+    "--budget 1G -e 64:--budget '1G': must be between 2112M" \
+    "--budget lots:--budget 'lots': invalid size"; do
+    expect_exit 2 "$T" serve ${bad%%:*} "unix:$scratch/x.sock" img.raw
+    stderr_has "${bad#*:}"
+    stderr_one_line
+done
+[ -e x.sock ] && fail "a bad option created the socket"
+ok "--handshake-limit, --reply-timeout and --budget: bad values exit 2"
+
+start_serve hs -f raw --handshake-limit 1 "unix:$scratch/hs.sock" atk.raw
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" handshake-limit \
+    "$scratch/hs.sock" "nbd+unix:///?socket=$scratch/hs.sock" atk.raw \
+    "$pid_hs"
+alive hs
+stop_serve hs TERM
+ok "--handshake-limit 1: a silent client is dropped, an idle one and qemu-io are served"
+
+start_serve rt -f raw --reply-timeout 2 "unix:$scratch/rt.sock" atk.raw
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" reply-timeout \
+    "$scratch/rt.sock" "nbd+unix:///?socket=$scratch/rt.sock" atk.raw \
+    "$pid_rt"
+alive rt
+stop_serve rt TERM
+ok "--reply-timeout 2: a client that reads no replies is dropped, qemu-io is served"
+
+start_serve bu -f raw --shared 2 --budget 66M "unix:$scratch/bu.sock" atk.raw
+expect_ok $TMO python3 "$TEST_SRCDIR/attack-nbd.py" budget \
+    "$scratch/bu.sock" "nbd+unix:///?socket=$scratch/bu.sock" atk.raw \
+    "$pid_bu"
+alive bu
+stop_serve bu TERM
+ok "--budget 66M: a client that reads nothing holds one 32 MiB reply, qemu-io is served"
+
 # start --export on a free TCP port says where it listens.
 make_sparse_image st-src.raw 8M 0:1M 6M:1M
 truncate -s 8M st-tgt.raw
 expect_exit 2 "$T" start --export-shared 4 st-src.raw st-tgt.raw
-stderr_has "need --export ADDR"
+stderr_has "--export-shared needs --export ADDR"
 expect_exit 2 "$T" start --export tcp:127.0.0.1:0 --export-shared x \
     st-src.raw st-tgt.raw
 stderr_has "--export-shared 'x': invalid number"
@@ -352,6 +392,40 @@ expect_exit 2 "$T" start --qmp "$scratch/mc.sock" --qmp-max-clients 0 \
     st-src.raw st-tgt.raw
 stderr_has "--qmp-max-clients '0'"
 [ -e mc.sock ] && fail "a refused --qmp-max-clients left its socket"
+for opt in "--export-handshake-limit 5" "--export-reply-timeout 5" \
+    "--export-budget 2G"; do
+    expect_exit 2 "$T" start $opt st-src.raw st-tgt.raw
+    stderr_has "${opt% *} needs --export ADDR"
+    stderr_one_line
+done
+for bad in "--export-handshake-limit -1:--export-handshake-limit '-1'" \
+    "--export-reply-timeout 1m:--export-reply-timeout '1m': invalid number" \
+    "--export-budget 64M:--export-budget '64M': must be between 528M" \
+    "--export-budget 10M --export-shared 1:--export-budget '10M': must be between 33M"; do
+    expect_exit 2 "$T" start --export "unix:$scratch/ex.sock" ${bad%%:*} \
+        st-src.raw st-tgt.raw
+    stderr_has "${bad#*:}"
+    stderr_one_line
+done
+if [ "$(cat "$last_out")" != "" ] || [ -e ex.sock ]; then
+    fail "a refused export limit opened something"
+fi
+for opt in "--qmp-max-output 1M" "--qmp-max-total-output 1M"; do
+    expect_exit 2 "$T" start $opt st-src.raw st-tgt.raw
+    stderr_has "${opt% *} needs --qmp PATH"
+    stderr_one_line
+done
+for bad in "--qmp-max-output 1K:--qmp-max-output '1K': must be between 64K and 1G" \
+    "--qmp-max-output 2G:--qmp-max-output '2G'" \
+    "--qmp-max-total-output 17G:--qmp-max-total-output '17G': must be between 64K and 16G" \
+    "--qmp-max-total-output x:--qmp-max-total-output 'x': invalid size"; do
+    expect_exit 2 "$T" start --qmp "$scratch/mo.sock" ${bad%%:*} \
+        st-src.raw st-tgt.raw
+    stderr_has "${bad#*:}"
+    stderr_one_line
+done
+[ -e mo.sock ] && fail "a refused QMP output limit left its socket"
+ok "start: the export's and QMP's new limits need their listener, bad values exit 2"
 "$T" start --export tcp:127.0.0.1:0 --export-shared 4 \
     --export-payload-timeout 5 st-src.raw st-tgt.raw >st.out 2>st.err &
 st_pid=$!
