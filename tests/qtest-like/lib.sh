@@ -312,6 +312,30 @@ wait_for()
     fail "timed out after ${secs}s waiting for $what"
 }
 
+# all_stopped PID: every thread of PID is in the stopped state.
+all_stopped()
+{
+    local f st
+    for f in /proc/"$1"/task/*/stat; do
+        st=$(cat "$f" 2>/dev/null) || return 1
+        st=${st##*) }
+        case ${st:0:1} in
+            T|t) ;;
+            *) return 1 ;;
+        esac
+    done
+}
+
+# stop_process PID: SIGSTOP PID and wait until every thread of it has
+# stopped.  kill returns before the group stop is done: until one thread
+# of a loaded process takes the signal, the others go on serving (a
+# server could still answer the request the test meant it to hold).
+stop_process()
+{
+    kill -STOP "$1" || fail "SIGSTOP $1"
+    wait_for 10 "process $1 to stop" all_stopped "$1"
+}
+
 # map_json FILE OUT: `mirror-tool map --output=json FILE` into OUT.
 map_json()
 {

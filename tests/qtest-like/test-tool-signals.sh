@@ -249,7 +249,7 @@ start_nbdkit fp memory size=32M
 start_live fp src.raw "$uri"
 ready_and_complete fp
 expect_ok $TMO nbdcopy guest.raw "$exp"
-kill -STOP "$(cat fp.pid)"
+stop_process "$(cat fp.pid)"
 kill -TERM "$pid"
 wait_for 10 "fp: SIGTERM to say it stops" grep -q 'SIGTERM: stopping' fp.err
 kill -TERM "$pid"
