@@ -147,7 +147,7 @@ static int check_repair(const char *filename, Qcow2Fix fix, bool json)
     }
     ret = check_exit_code(&rep.after);
     qcow2_repair_result_clear(&rep);
-    return ret;
+    return tool_finish_stdout(ret);
 }
 
 int cmd_check(int argc, char **argv)
@@ -223,5 +223,5 @@ int cmd_check(int argc, char **argv)
     }
     ret = check_exit_code(&r);
     qcow2_check_result_clear(&r);
-    return ret;
+    return tool_finish_stdout(ret);
 }

@@ -195,6 +195,10 @@ int cmd_qmp(int argc, char **argv)
                    "(try 'mirror-tool qmp --help')");
         return TOOL_EXIT_USAGE;
     }
+    if (!*argv[1]) {
+        tool_error("qmp: socket path missing");
+        return TOOL_EXIT_USAGE;
+    }
     if (timeout && !parse_count("--timeout", timeout, 1, 86400, &secs,
                                 &err)) {
         tool_error("%s", err->message);

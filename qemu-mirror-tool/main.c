@@ -42,11 +42,35 @@ static void tool_print_usage(FILE *out)
                  "for debug messages.\n");
 }
 
+/*
+ * block/ reports what a user must see but that fails no call (a qcow2
+ * image marked corrupt) with g_warning(); say it as the tool's other
+ * messages are said ("mirror-tool: warning: ..."), not in GLib's debug
+ * format.  Other levels (criticals are bugs, debug output) keep GLib's
+ * writer.
+ */
+static GLogWriterOutput main_log_writer(GLogLevelFlags level,
+                                        const GLogField *fields,
+                                        gsize n_fields, gpointer data)
+{
+    if (level & G_LOG_LEVEL_WARNING) {
+        for (gsize i = 0; i < n_fields; i++) {
+            if (!strcmp(fields[i].key, "MESSAGE") && fields[i].length < 0) {
+                fprintf(stderr, "mirror-tool: warning: %s\n",
+                        (const char *)fields[i].value);
+                return G_LOG_WRITER_HANDLED;
+            }
+        }
+    }
+    return g_log_writer_default(level, fields, n_fields, data);
+}
+
 int main(int argc, char **argv)
 {
     const char *name;
 
     setlocale(LC_ALL, "");
+    g_log_set_writer_func(main_log_writer, NULL, NULL);
     /*
      * A reader that goes away (`| head`, a closed log pipe, a dropped ssh
      * session) must not kill a job or the export guests depend on: writes

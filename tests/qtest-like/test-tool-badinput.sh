@@ -209,6 +209,7 @@ bad "too many arguments" "expected a source and a target" \
     convert src.img @DST@ extra.img
 bad "unknown subcommand" "'frobnicate'" frobnicate src.img @DST@
 bad "unknown top-level option" "'--bogus'" --bogus
+bad "qmp with an empty socket path" "socket path missing" qmp '' query-jobs
 
 # No command at all: usage on stderr (several lines), exit 2.
 expect_exit 2 "$T"

@@ -195,8 +195,10 @@ cd .. || fail "cd"
 # --- stdout write errors ---------------------------------------------------
 if [ -w /dev/full ]; then
     make_random_image img.raw 1M
+    qemu-img create -q -f qcow2 img.qcow2 1M || fail "qemu-img create"
     for cmd in "info img.raw" "info --output=json img.raw" "map img.raw" \
-               "map --output=json img.raw" "create c.raw 1M"; do
+               "map --output=json img.raw" "create c.raw 1M" \
+               "check img.qcow2" "check --output=json img.qcow2"; do
         desc="$cmd >/dev/full: exit 1, stdout: No space left on device"
         if (
             last_cmd="mirror-tool $cmd >/dev/full"
