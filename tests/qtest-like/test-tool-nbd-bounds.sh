@@ -34,46 +34,6 @@ start_faulty()
     uri="nbd+unix:///?socket=$scratch/$name.sock"
 }
 
-# start_nbdkit NAME ARGS...: nbdkit ARGS on ./NAME.sock; sets uri.
-start_nbdkit()
-{
-    local name=$1 pid
-    shift
-    rm -f "$name.sock" "$name.pid"
-    nbdkit -f --exit-with-parent -U "$scratch/$name.sock" \
-        -P "$scratch/$name.pid" "$@" 2>"$name.log" &
-    pid=$!
-    track_pid "$pid"
-    eval "pid_$name=$pid"
-    wait_for 20 "nbdkit $name to listen" test -s "$name.pid"
-    uri="nbd+unix:///?socket=$scratch/$name.sock"
-}
-
-# stop_server NAME: kill it and reap it.
-stop_server()
-{
-    local pid
-    eval "pid=\$pid_$1"
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    untrack_pid "$pid"
-}
-
-# read_back URI FILE: the export's bytes, read by something that is not
-# mirror-tool where there is one, into FILE.
-read_back()
-{
-    rm -f "$2"
-    if command -v nbdcopy >/dev/null; then
-        $TMO nbdcopy "$1" "$2" || fail "nbdcopy $1 $2"
-    elif command -v qemu-img >/dev/null; then
-        $TMO qemu-img convert -f raw -O raw "$1" "$2" ||
-            fail "qemu-img convert $1 $2"
-    else
-        $TMO "$T" convert "$1" "$2" || fail "mirror-tool convert $1 $2"
-    fi
-}
-
 # elapsed_below SECS START: fail unless less than SECS went by since
 # START (a `date +%s%N`).
 elapsed_below()
