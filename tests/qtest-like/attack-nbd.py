@@ -42,61 +42,29 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 
 import select
-import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
 
-INIT, OPTS = 0x4e42444d41474943, 0x49484156454f5054
-REQUEST_MAGIC = 0x25609513
-CMD_READ, CMD_WRITE = 0, 1
-OPT_LIST = 3
+from nbdraw import (CMD_READ, CMD_WRITE, OPT_LIST, OPTS, REQUEST_MAGIC,
+                    closed, connect, export_name, greet, read)
+
 MiB = 1 << 20
 
 kind, path, uri, image, pid = sys.argv[1:6]
 
 
 def conn():
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(path)
-    return s
-
-
-def read(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise EOFError("closed after %d of %d bytes" % (len(b), n))
-        b += c
-    return b
-
-
-def closed(s):
-    """The server hung up (reads return EOF) within the socket timeout."""
-    try:
-        while s.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-    return True
-
-
-def greet(s):
-    init, opts, hflags = struct.unpack(">QQH", read(s, 18))
-    assert (init, opts) == (INIT, OPTS), (init, opts)
-    s.sendall(struct.pack(">I", 3))
+    return connect(path, 30)
 
 
 def transmission():
     """A connection in the transmission phase (NBD_OPT_EXPORT_NAME "")."""
     s = conn()
     greet(s)
-    s.sendall(struct.pack(">QII", OPTS, 1, 0))
-    read(s, 10)
+    export_name(s, "")
     return s
 
 

@@ -13,14 +13,14 @@
 # Copyright (C) 2026 qemu-mirror authors
 # SPDX-License-Identifier: GPL-2.0-or-later
 
-import socket
 import struct
 import subprocess
 import sys
 
-INIT, OPTS = 0x4e42444d41474943, 0x49484156454f5054
-REQUEST_MAGIC, SIMPLE_REPLY_MAGIC = 0x25609513, 0x67446698
-CMD_READ, CMD_WRITE = 0, 1
+from nbdraw import (CMD_READ, CMD_WRITE, OPTS, REQUEST_MAGIC,
+                    SIMPLE_REPLY_MAGIC, closed, connect, export_name,
+                    greet, read)
+
 EPERM, EINVAL, ENOSPC = 1, 22, 28
 MiB = 1 << 20
 
@@ -29,45 +29,14 @@ path, uri, name, size = sys.argv[1], sys.argv[2], sys.argv[3], \
 
 
 def conn():
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10)
-    s.connect(path)
-    return s
-
-
-def read(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise EOFError("closed after %d of %d bytes" % (len(b), n))
-        b += c
-    return b
-
-
-def closed(s):
-    """The server hung up (reads return EOF)."""
-    try:
-        while s.recv(65536):
-            pass
-    except ConnectionResetError:
-        pass
-    return True
-
-
-def greet(s, flags=3):
-    init, opts, hflags = struct.unpack(">QQH", read(s, 18))
-    assert (init, opts, hflags) == (INIT, OPTS, 3), (init, opts, hflags)
-    s.sendall(struct.pack(">I", flags))
+    return connect(path, 10)
 
 
 def transmission():
     """A connection in the transmission phase (NBD_OPT_EXPORT_NAME)."""
     s = conn()
     greet(s)
-    n = name.encode()
-    s.sendall(struct.pack(">QII", OPTS, 1, len(n)) + n)
-    esize, flags = struct.unpack(">QH", read(s, 10))
+    esize, flags = export_name(s, name)
     assert esize == size, (esize, size)
     return s
 
