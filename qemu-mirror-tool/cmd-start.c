@@ -364,6 +364,8 @@ int cmd_start(int argc, char **argv)
     g_autofree char *qmp_max_clients_str = NULL;
     g_autofree char *qmp_max_output_str = NULL;
     g_autofree char *qmp_max_total_output_str = NULL;
+    g_autofree char *qmp_handshake_limit_str = NULL;
+    int64_t qmp_handshake_limit = QMP_DEFAULT_HANDSHAKE_LIMIT;
     int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
     int64_t qmp_max_output = QMP_MAX_CLIENT_OUTPUT;
     int64_t qmp_max_total_output = QMP_MAX_TOTAL_OUTPUT;
@@ -454,6 +456,10 @@ int cmd_start(int argc, char **argv)
           &qmp_max_total_output_str,
           "unread QMP output of all clients together, 64K..16G; above it "
           "the client with the most is dropped (default 64M)", "SIZE" },
+        { "qmp-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
+          &qmp_handshake_limit_str,
+          "drop a QMP client that has not sent qmp_capabilities SECONDS "
+          "after connecting, 0..86400, 0: never (default 10)", "SECONDS" },
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
@@ -489,7 +495,8 @@ int cmd_start(int argc, char **argv)
         const char *qmp_opt =
             qmp_max_clients_str ? "--qmp-max-clients" :
             qmp_max_output_str ? "--qmp-max-output" :
-            qmp_max_total_output_str ? "--qmp-max-total-output" : NULL;
+            qmp_max_total_output_str ? "--qmp-max-total-output" :
+            qmp_handshake_limit_str ? "--qmp-handshake-limit" : NULL;
 
         if (export_opt && !o.export_addr) {
             tool_error("%s needs --export ADDR", export_opt);
@@ -527,7 +534,11 @@ int cmd_start(int argc, char **argv)
          !parse_size_range("--qmp-max-total-output",
                            qmp_max_total_output_str, QMP_MIN_OUTPUT_LIMIT,
                            QMP_MAX_TOTAL_OUTPUT_LIMIT, false,
-                           &qmp_max_total_output, &err))) {
+                           &qmp_max_total_output, &err)) ||
+        (qmp_handshake_limit_str &&
+         !parse_count("--qmp-handshake-limit", qmp_handshake_limit_str, 0,
+                      QMP_MAX_HANDSHAKE_LIMIT, &qmp_handshake_limit,
+                      &err))) {
         tool_error("%s", err->message);
         goto out;
     }
@@ -598,6 +609,7 @@ int cmd_start(int argc, char **argv)
                                      MIN(QMP_PAUSE_OUTPUT,
                                          qmp_max_output / 4),
                                      qmp_max_output, qmp_max_total_output);
+        qmp_server_set_handshake_limit(qmp, qmp_handshake_limit);
         qmp_job_register(qmp, &host);
         runner.qmp = qmp;
         runner.qmp_wait = o.qmp_wait;

@@ -709,6 +709,7 @@ typedef struct QmpClient {
     int fd;
     guint in_watch;         /* 0 while paused, after EOF, once dead */
     guint out_watch;
+    guint handshake_timer;  /* drops it unless it negotiates in time */
     GString *in;
     size_t in_scanned;      /* bytes of @in known to hold no newline */
     GString *out;
@@ -727,6 +728,7 @@ struct QmpServer {
     GHashTable *commands;       /* name -> QmpCommand */
     GList *clients;             /* QmpClient */
     int max_clients;
+    unsigned handshake_limit_s; /* 0: no limit */
     size_t pause_output;
     size_t max_client_output;
     size_t max_total_output;
@@ -772,6 +774,10 @@ static void qmp_client_kill(QmpClient *c, const char *why)
     if (c->out_watch) {
         g_source_remove(c->out_watch);
         c->out_watch = 0;
+    }
+    if (c->handshake_timer) {
+        g_source_remove(c->handshake_timer);
+        c->handshake_timer = 0;
     }
     shutdown(c->fd, SHUT_RDWR);
     qmp_server_kick(c->srv);
@@ -1013,6 +1019,10 @@ static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
             goto out_error;
         }
         c->negotiated = true;
+        if (c->handshake_timer) {
+            g_source_remove(c->handshake_timer);
+            c->handshake_timer = 0;
+        }
         qmp_client_send(c, qmp_return_reply(NULL), id_text);
         if (c->srv->negotiated_cb) {
             c->srv->negotiated_cb(c->srv->negotiated_opaque);
@@ -1231,6 +1241,15 @@ static unsigned qmp_server_live_clients(QmpServer *srv)
     return n;
 }
 
+static gboolean qmp_client_handshake_expired(gpointer opaque)
+{
+    QmpClient *c = opaque;
+
+    c->handshake_timer = 0;
+    qmp_client_kill(c, "no qmp_capabilities in time");
+    return G_SOURCE_REMOVE;
+}
+
 bool qmp_server_add_client(QmpServer *srv, int fd)
 {
     QmpClient *c;
@@ -1255,6 +1274,10 @@ bool qmp_server_add_client(QmpServer *srv, int fd)
     c->in = g_string_new(NULL);
     c->out = g_string_new(NULL);
     srv->clients = g_list_append(srv->clients, c);
+    if (srv->handshake_limit_s) {
+        c->handshake_timer = g_timeout_add_seconds(
+            srv->handshake_limit_s, qmp_client_handshake_expired, c);
+    }
     qmp_client_watch_input(c);
     qmp_client_greet(c);
     return true;
@@ -1325,6 +1348,7 @@ QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp)
         return NULL;
     }
     srv->max_clients = max_clients;
+    srv->handshake_limit_s = QMP_DEFAULT_HANDSHAKE_LIMIT;
     srv->pause_output = QMP_PAUSE_OUTPUT;
     srv->max_client_output = QMP_MAX_CLIENT_OUTPUT;
     srv->max_total_output = QMP_MAX_TOTAL_OUTPUT;
@@ -1343,6 +1367,11 @@ void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
     srv->pause_output = pause;
     srv->max_client_output = per_client;
     srv->max_total_output = total;
+}
+
+void qmp_server_set_handshake_limit(QmpServer *srv, unsigned seconds)
+{
+    srv->handshake_limit_s = seconds;
 }
 
 void qmp_server_free(QmpServer *srv)

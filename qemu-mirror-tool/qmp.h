@@ -51,6 +51,11 @@ typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
 #define QMP_DEFAULT_MAX_CLIENTS     16
 #define QMP_MAX_MAX_CLIENTS         1024
 
+/* Seconds a client has to send qmp_capabilities (--qmp-handshake-limit,
+ * 0: forever); a client that does not holds one of the client places. */
+#define QMP_DEFAULT_HANDSHAKE_LIMIT 10
+#define QMP_MAX_HANDSHAKE_LIMIT     86400
+
 /* A request line longer than this drops its client. */
 #define QMP_MAX_LINE                (1 << 20)
 /* Output one client may leave unread before it is dropped
@@ -101,6 +106,15 @@ unsigned qmp_server_client_count(QmpServer *srv);
  */
 void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
                                   size_t per_client, size_t total);
+
+/*
+ * Drop a client that has not negotiated (qmp_capabilities) within
+ * @seconds of connecting, 0: never (QMP_DEFAULT_HANDSHAKE_LIMIT until
+ * called).  Applies to clients accepted from now on.  Without it, clients
+ * that connect and say nothing hold every place --qmp-max-clients allows
+ * and lock the operator out of the job.
+ */
+void qmp_server_set_handshake_limit(QmpServer *srv, unsigned seconds);
 
 /* Close every connection, stop listening and remove the socket file. */
 void qmp_server_free(QmpServer *srv);

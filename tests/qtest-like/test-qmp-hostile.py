@@ -9,7 +9,8 @@
 # completes (through `mirror-tool qmp --wait-event`) and the target is
 # byte-identical to the source.  Then `--qmp-max-output` and
 # `--qmp-max-total-output` on their own job: a client that reads nothing is
-# dropped at the lowered cap while a good client is answered.
+# dropped at the lowered cap while a good client is answered; and
+# `--qmp-handshake-limit`: clients that never negotiate lose their places.
 #
 # Runs under meson with MIRROR_TOOL set; prints TAP.
 #
@@ -605,7 +606,32 @@ def max_total_output(ctx, tmp):
         stop_limited(ctx, tool)
 
 
-OUTPUT_LIMITS = [max_output, max_total_output]
+def handshake_limit(ctx, tmp):
+    # --qmp-max-clients 3 --qmp-handshake-limit 1: two clients that connect
+    # and never send qmp_capabilities are dropped within seconds, so their
+    # places are free again and a new client gets in; the good client,
+    # negotiated, stays.  Without the limit they would hold their places
+    # for as long as they stay connected.
+    tool, sock, good = start_limited(ctx, tmp, [
+        "--qmp-max-clients", "3", "--qmp-handshake-limit", "1"])
+    try:
+        silent = [Client(sock, negotiate=False) for _ in range(2)]
+        # Within 5 s: the default limit (10 s) would not have dropped them.
+        check(all(hung_up(c, 5) for c in silent),
+              "--qmp-handshake-limit 1: clients that never negotiate are "
+              "dropped")
+        late = Client(sock)
+        r = late.cmd("query-jobs")
+        check(r is not None and "return" in r,
+              "... and a new client then gets their place")
+        alive(tool, good, "--qmp-handshake-limit 1")
+        for c in silent + [late]:
+            c.close()
+    finally:
+        stop_limited(ctx, tool)
+
+
+OUTPUT_LIMITS = [max_output, max_total_output, handshake_limit]
 
 
 SECTIONS = [nesting, duplicate_keys, nul_bytes, two_objects, capabilities,
