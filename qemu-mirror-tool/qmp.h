@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "qemu-mirror-tool/qmp-json.h"
+
 typedef struct QmpServer QmpServer;
 
 /* QMP error classes (ErrorClass in QEMU's qapi/error.json). */
@@ -72,9 +74,6 @@ typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
 #define QMP_MAX_TOTAL_OUTPUT_LIMIT  ((int64_t)16 << 30)
 /* Past this much unread output, a client's requests wait (not read). */
 #define QMP_PAUSE_OUTPUT            (1 << 20)
-/* QEMU's limit on nested arrays and objects (MAX_NESTING in
- * qobject/json-streamer.c). */
-#define QMP_JSON_MAX_DEPTH          1024
 
 /*
  * Listen on the UNIX socket @path (replacing a stale socket file) and
@@ -151,30 +150,6 @@ void qmp_server_set_negotiated_cb(QmpServer *srv, void (*fn)(void *),
  */
 void qmp_server_flush(QmpServer *srv, int timeout_ms);
 
-/*
- * Parse one JSON value from @text (@len bytes, NUL bytes included) at
- * *@pos, strictly as RFC 8259 says, without recursion: at most
- * QMP_JSON_MAX_DEPTH nested arrays and objects, no duplicate key in an
- * object, no \u0000 in strings, valid UTF-8.  Integers that do not fit
- * int64 become doubles (as QEMU does for integers beyond uint64); one
- * beyond a double's range (1e400) is an error, as JSON cannot say inf.  On
- * success *@pos is just past the value; if @id_text is not NULL and the
- * value is an object with an "id" member, *@id_text is that member's
- * JSON text with whitespace outside strings removed (caller frees).
- * Errors are worded as QEMU's ("JSON parse error, duplicate key").
- */
-JsonNode *qmp_json_parse_value(const char *text, size_t len, size_t *pos,
-                               char **id_text, GError **errp);
-
-/* One JSON value making up all of @text (whitespace aside). */
-JsonNode *qmp_json_parse(const char *text, size_t len, GError **errp);
-
-/*
- * @node as compact JSON text (caller frees), unlike json-glib's generator
- * always JSON: doubles as %.17g (1e+20, not 1e+20.0), invalid UTF-8 in
- * strings replaced (U+FFFD), inf and NaN as null.
- */
-char *qmp_json_to_string(JsonNode *node);
 
 /* ---- argument helpers for command implementations ---- */
 
