@@ -86,26 +86,30 @@ void mirror_converge_stop(MirrorJob *s)
     }
 }
 
-bool mirror_check_converge_ms(int64_t ms, GError **errp)
+/* QEMU's wording for a parameter outside [@min, @max]. */
+static bool mirror_check_range(const char *name, int64_t v, int64_t min,
+                               int64_t max, GError **errp)
 {
-    if (ms < 1 || ms > MIRROR_CONVERGE_MAX_MS) {
+    if (v < min || v > max) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Parameter 'auto-converge-ms' expects a value in range "
-                    "[1, %d]", MIRROR_CONVERGE_MAX_MS);
+                    "Parameter '%s' expects a value in range "
+                    "[%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "]", name, min,
+                    max);
         return false;
     }
     return true;
 }
 
+bool mirror_check_converge_ms(int64_t ms, GError **errp)
+{
+    return mirror_check_range("auto-converge-ms", ms, 1,
+                              MIRROR_CONVERGE_MAX_MS, errp);
+}
+
 bool mirror_check_converge_passes(int64_t passes, GError **errp)
 {
-    if (passes < 0 || passes > MIRROR_CONVERGE_MAX_PASSES) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "Parameter 'auto-converge-passes' expects a value in "
-                    "range [0, %d]", MIRROR_CONVERGE_MAX_PASSES);
-        return false;
-    }
-    return true;
+    return mirror_check_range("auto-converge-passes", passes, 0,
+                              MIRROR_CONVERGE_MAX_PASSES, errp);
 }
 
 void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,

@@ -73,16 +73,7 @@ int cmd_serve(int argc, char **argv)
 {
     g_autofree char *format = NULL;
     g_autofree char *export_name = NULL;
-    g_autofree char *shared = NULL;
-    g_autofree char *payload_timeout = NULL;
-    g_autofree char *handshake_limit = NULL;
-    g_autofree char *reply_timeout = NULL;
-    g_autofree char *budget = NULL;
-    int64_t shared_n = NBDSRV_DEFAULT_SHARED;
-    int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
-    int64_t handshake_s = NBDSRV_DEFAULT_HANDSHAKE_MS / 1000;
-    int64_t reply_s = NBDSRV_DEFAULT_STALL_MS / 1000;
-    int64_t budget_n = 0;
+    g_auto(ToolExportLimits) lim = { 0 };
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
@@ -97,19 +88,19 @@ int cmd_serve(int argc, char **argv)
           "export name (default: \"\", the default export)", "NAME" },
         { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
           "open the image read-only and refuse writes", NULL },
-        { "shared", 'e', 0, G_OPTION_ARG_STRING, &shared,
+        { "shared", 'e', 0, G_OPTION_ARG_STRING, &lim.shared,
           "serve at most N connections at once, 1..1024 (default 16)",
           "N" },
-        { "payload-timeout", 0, 0, G_OPTION_ARG_STRING, &payload_timeout,
+        { "payload-timeout", 0, 0, G_OPTION_ARG_STRING, &lim.payload_timeout,
           "drop a client whose WRITE payload has not arrived SECONDS "
           "after its header, 0..86400, 0: never (default 30)", "SECONDS" },
-        { "handshake-limit", 0, 0, G_OPTION_ARG_STRING, &handshake_limit,
+        { "handshake-limit", 0, 0, G_OPTION_ARG_STRING, &lim.handshake_limit,
           "drop a client that has not finished the handshake SECONDS "
           "after connecting, 0..86400, 0: never (default 10)", "SECONDS" },
-        { "reply-timeout", 0, 0, G_OPTION_ARG_STRING, &reply_timeout,
+        { "reply-timeout", 0, 0, G_OPTION_ARG_STRING, &lim.reply_timeout,
           "drop a client whose unsent replies make no progress for SECONDS, "
           "0..86400, 0: never (default 30)", "SECONDS" },
-        { "budget", 0, 0, G_OPTION_ARG_STRING, &budget,
+        { "budget", 0, 0, G_OPTION_ARG_STRING, &lim.budget,
           "bytes of request buffers and unsent replies over all clients, "
           "at least --shared x 33M, at most 1T (default: 1G, or --shared x "
           "33M if more)", "SIZE" },
@@ -128,22 +119,7 @@ int cmd_serve(int argc, char **argv)
         !tool_expect_args("serve", argc, 2, "an address and an image")) {
         return TOOL_EXIT_USAGE;
     }
-    if ((shared && !parse_count("--shared", shared, 1, NBDSRV_MAX_SHARED,
-                                &shared_n, &err)) ||
-        (payload_timeout &&
-         !parse_count("--payload-timeout", payload_timeout, 0, 86400,
-                      &payload_s, &err)) ||
-        (handshake_limit &&
-         !parse_count("--handshake-limit", handshake_limit, 0, 86400,
-                      &handshake_s, &err)) ||
-        (reply_timeout &&
-         !parse_count("--reply-timeout", reply_timeout, 0, 86400,
-                      &reply_s, &err)) ||
-        (budget &&
-         !parse_size_range("--budget", budget,
-                           shared_n * NBDSRV_CLIENT_GUARANTEE,
-                           NBDSRV_MAX_BUDGET, false, &budget_n, &err))) {
-        tool_error("%s", err->message);
+    if (!tool_export_limits_apply(&lim, "--", NULL)) {
         return TOOL_EXIT_USAGE;
     }
     if (format && !bdrv_find_format(format)) {
@@ -161,12 +137,7 @@ int cmd_serve(int argc, char **argv)
         return err->code == BLOCK_ERROR_INVALID ? TOOL_EXIT_USAGE
                                                 : TOOL_EXIT_FAILURE;
     }
-    nbdsrv_set_shared(srv, shared_n);
-    nbdsrv_set_payload_timeout(srv, payload_s * 1000);
-    nbdsrv_set_timeouts(srv, handshake_s * 1000, reply_s * 1000);
-    if (budget) {
-        nbdsrv_set_budget(srv, budget_n);
-    }
+    tool_export_limits_apply(&lim, "--", srv);     /* checked above */
     sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
     sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
     /* A dropped ssh session: stop as on SIGTERM, flushing what we served. */

@@ -356,11 +356,8 @@ int cmd_start(int argc, char **argv)
     const char *served = NULL;
     int flush_ret;
     int ret = TOOL_EXIT_USAGE;
-    g_autofree char *export_shared = NULL;
-    g_autofree char *export_payload_timeout = NULL;
-    g_autofree char *export_handshake_limit = NULL;
-    g_autofree char *export_reply_timeout = NULL;
-    g_autofree char *export_budget = NULL;
+    g_auto(ToolExportLimits) export_lim = { 0 };
+    g_autofree char *export_opt = NULL;
     g_autofree char *qmp_max_clients_str = NULL;
     g_autofree char *qmp_max_output_str = NULL;
     g_autofree char *qmp_max_total_output_str = NULL;
@@ -369,11 +366,6 @@ int cmd_start(int argc, char **argv)
     int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
     int64_t qmp_max_output = QMP_MAX_CLIENT_OUTPUT;
     int64_t qmp_max_total_output = QMP_MAX_TOTAL_OUTPUT;
-    int64_t shared = NBDSRV_DEFAULT_SHARED;
-    int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
-    int64_t handshake_s = NBDSRV_DEFAULT_HANDSHAKE_MS / 1000;
-    int64_t reply_s = NBDSRV_DEFAULT_STALL_MS / 1000;
-    int64_t budget = 0;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -426,24 +418,25 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
-        { "export-shared", 0, 0, G_OPTION_ARG_STRING, &export_shared,
+        { "export-shared", 0, 0, G_OPTION_ARG_STRING, &export_lim.shared,
           "the export serves at most N connections at once, 1..1024 "
           "(default 16)", "N" },
         { "export-payload-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_payload_timeout,
+          &export_lim.payload_timeout,
           "the export drops a client whose WRITE payload has not arrived "
           "SECONDS after its header, 0..86400, 0: never (default 30)",
           "SECONDS" },
         { "export-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
-          &export_handshake_limit,
+          &export_lim.handshake_limit,
           "the export drops a client that has not finished the handshake "
           "SECONDS after connecting, 0..86400, 0: never (default 10)",
           "SECONDS" },
         { "export-reply-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_reply_timeout,
+          &export_lim.reply_timeout,
           "the export drops a client whose unsent replies make no progress "
           "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" },
-        { "export-budget", 0, 0, G_OPTION_ARG_STRING, &export_budget,
+        { "export-budget", 0, 0, G_OPTION_ARG_STRING,
+          &export_lim.budget,
           "bytes of request buffers and unsent replies of the export over "
           "all clients, at least --export-shared x 33M, at most 1T "
           "(default: 1G, or --export-shared x 33M if more)", "SIZE" },
@@ -485,13 +478,8 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* The listeners' limits, before anything is opened. */
+    export_opt = tool_export_limits_given(&export_lim, "--export-");
     {
-        const char *export_opt =
-            export_shared ? "--export-shared" :
-            export_payload_timeout ? "--export-payload-timeout" :
-            export_handshake_limit ? "--export-handshake-limit" :
-            export_reply_timeout ? "--export-reply-timeout" :
-            export_budget ? "--export-budget" : NULL;
         const char *qmp_opt =
             qmp_max_clients_str ? "--qmp-max-clients" :
             qmp_max_output_str ? "--qmp-max-output" :
@@ -507,23 +495,10 @@ int cmd_start(int argc, char **argv)
             goto out;
         }
     }
-    if ((export_shared &&
-         !parse_count("--export-shared", export_shared, 1,
-                      NBDSRV_MAX_SHARED, &shared, &err)) ||
-        (export_payload_timeout &&
-         !parse_count("--export-payload-timeout", export_payload_timeout,
-                      0, 86400, &payload_s, &err)) ||
-        (export_handshake_limit &&
-         !parse_count("--export-handshake-limit", export_handshake_limit,
-                      0, 86400, &handshake_s, &err)) ||
-        (export_reply_timeout &&
-         !parse_count("--export-reply-timeout", export_reply_timeout,
-                      0, 86400, &reply_s, &err)) ||
-        (export_budget &&
-         !parse_size_range("--export-budget", export_budget,
-                           shared * NBDSRV_CLIENT_GUARANTEE,
-                           NBDSRV_MAX_BUDGET, false, &budget, &err)) ||
-        (qmp_max_clients_str &&
+    if (!tool_export_limits_apply(&export_lim, "--export-", NULL)) {
+        goto out;
+    }
+    if ((qmp_max_clients_str &&
          !parse_count("--qmp-max-clients", qmp_max_clients_str, 1,
                       QMP_MAX_MAX_CLIENTS, &qmp_max_clients, &err)) ||
         (qmp_max_output_str &&
@@ -576,12 +551,8 @@ int cmd_start(int argc, char **argv)
             bdrv_unref(top);
             goto out;
         }
-        nbdsrv_set_shared(export, shared);
-        nbdsrv_set_payload_timeout(export, payload_s * 1000);
-        nbdsrv_set_timeouts(export, handshake_s * 1000, reply_s * 1000);
-        if (export_budget) {
-            nbdsrv_set_budget(export, budget);
-        }
+        /* Checked above, before anything was opened. */
+        tool_export_limits_apply(&export_lim, "--export-", export);
         mirror_job_set_top(job, top);
         /* Like serve's "serving on ADDR", with PORT 0 resolved; on stderr,
          * as stdout may carry --json events. */

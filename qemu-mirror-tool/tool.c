@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
+#include "block/export-nbd.h"
 #include "block/mirror.h"
 #include "block/nbd.h"
 #include "util/cutils.h"
@@ -275,4 +276,81 @@ int tool_finish_stdout(int ret)
     }
     tool_error("stdout: %s", g_strerror(err));
     return ret == TOOL_EXIT_OK ? TOOL_EXIT_FAILURE : ret;
+}
+
+char *tool_export_limits_given(const ToolExportLimits *l, const char *prefix)
+{
+    const char *name = l->shared ? "shared" :
+                       l->payload_timeout ? "payload-timeout" :
+                       l->handshake_limit ? "handshake-limit" :
+                       l->reply_timeout ? "reply-timeout" :
+                       l->budget ? "budget" : NULL;
+
+    return name ? g_strconcat(prefix, name, NULL) : NULL;
+}
+
+/* Parse @value of option @prefix@name as a count in [@min, @max]. */
+static bool tool_export_count(const char *prefix, const char *name,
+                              const char *value, int64_t min, int64_t max,
+                              int64_t *out)
+{
+    g_autofree char *opt = g_strconcat(prefix, name, NULL);
+    g_autoptr(GError) err = NULL;
+
+    if (value && !parse_count(opt, value, min, max, out, &err)) {
+        tool_error("%s", err->message);
+        return false;
+    }
+    return true;
+}
+
+bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
+                              NbdServer *srv)
+{
+    int64_t shared = NBDSRV_DEFAULT_SHARED;
+    int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
+    int64_t handshake_s = NBDSRV_DEFAULT_HANDSHAKE_MS / 1000;
+    int64_t reply_s = NBDSRV_DEFAULT_STALL_MS / 1000;
+    int64_t budget = 0;
+
+    if (!tool_export_count(prefix, "shared", l->shared, 1,
+                           NBDSRV_MAX_SHARED, &shared) ||
+        !tool_export_count(prefix, "payload-timeout", l->payload_timeout, 0,
+                           86400, &payload_s) ||
+        !tool_export_count(prefix, "handshake-limit", l->handshake_limit, 0,
+                           86400, &handshake_s) ||
+        !tool_export_count(prefix, "reply-timeout", l->reply_timeout, 0,
+                           86400, &reply_s)) {
+        return false;
+    }
+    if (l->budget) {
+        g_autofree char *opt = g_strconcat(prefix, "budget", NULL);
+        g_autoptr(GError) err = NULL;
+
+        if (!parse_size_range(opt, l->budget,
+                              shared * NBDSRV_CLIENT_GUARANTEE,
+                              NBDSRV_MAX_BUDGET, false, &budget, &err)) {
+            tool_error("%s", err->message);
+            return false;
+        }
+    }
+    if (srv) {
+        nbdsrv_set_shared(srv, shared);
+        nbdsrv_set_payload_timeout(srv, payload_s * 1000);
+        nbdsrv_set_timeouts(srv, handshake_s * 1000, reply_s * 1000);
+        if (l->budget) {
+            nbdsrv_set_budget(srv, budget);
+        }
+    }
+    return true;
+}
+
+void tool_export_limits_clear(ToolExportLimits *l)
+{
+    g_free(l->shared);
+    g_free(l->payload_timeout);
+    g_free(l->handshake_limit);
+    g_free(l->reply_timeout);
+    g_free(l->budget);
+    *l = (ToolExportLimits) { 0 };
 }

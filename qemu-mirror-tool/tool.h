@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "block/block.h"
+#include "block/export-nbd.h"
 
 enum {
     TOOL_EXIT_OK = 0,
@@ -138,6 +139,41 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
     { "io-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
       "an NBD connection with no reply for SECS is dead (default 600; " \
       "0: never)", "SECS" }
+
+/*
+ * The NBD export's limits as typed: serve's --shared, --payload-timeout,
+ * --handshake-limit, --reply-timeout and --budget, or start's --export-*
+ * spelling of the same.  The members are GOptionEntry string targets,
+ * NULL when not given (the export's defaults hold).
+ */
+typedef struct ToolExportLimits {
+    char *shared;
+    char *payload_timeout;
+    char *handshake_limit;
+    char *reply_timeout;
+    char *budget;
+} ToolExportLimits;
+
+/*
+ * The first option of @l that was given, spelt with @prefix ("--" or
+ * "--export-"), for "... needs --export ADDR"; NULL if none was.  Caller
+ * frees.
+ */
+char *tool_export_limits_given(const ToolExportLimits *l,
+                               const char *prefix);
+
+/*
+ * Check every limit of @l, naming each option with @prefix, and set them
+ * on @srv; with @srv NULL only check (before anything is opened: a bad
+ * value is bad usage).  Prints "--budget '1M': must be between ..." and
+ * returns false on the first bad value.
+ */
+bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
+                              NbdServer *srv);
+
+/* Free @l's strings (g_auto(ToolExportLimits) calls it). */
+void tool_export_limits_clear(ToolExportLimits *l);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolExportLimits, tool_export_limits_clear)
 
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;
