@@ -11,7 +11,7 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/job-runner.h"
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "util/cutils.h"
 
 #include <errno.h>
@@ -21,7 +21,7 @@
 
 /* Defaults chosen by measurement: see docs/mirror-tool.md and bench/.
  * -m and --buf-size default to the mirror job's (scaled by NBD
- * connections, block/mirror-setup.c). */
+ * connections, block/mirror/mirror-setup.c). */
 #define CONVERT_DEFAULT_SPARSE     (4 * KiB)
 #define CONVERT_MAX_SPARSE         (16 * MiB)
 

@@ -11,7 +11,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
-#include "block/export-nbd.h"
+#include "block/export/nbd-server.h"
 #include "util/cutils.h"
 
 #include <glib-unix.h>

@@ -15,9 +15,9 @@
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/job-runner.h"
 #include "qemu-mirror-tool/qmp-job.h"
-#include "block/export-nbd.h"
-#include "block/mirror.h"
-#include "block/mirror-top.h"
+#include "block/export/nbd-server.h"
+#include "block/mirror/mirror.h"
+#include "block/mirror/mirror-top.h"
 #include "util/cutils.h"
 
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include "qemu-mirror-tool/job-runner.h"
 #include "qemu-mirror-tool/qmp-job.h"
 #include "qemu-mirror-tool/tool.h"
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "block/nbd.h"
 #include "util/cutils.h"
 #include "util/progress.h"

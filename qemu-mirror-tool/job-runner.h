@@ -15,7 +15,7 @@
 #ifndef JOB_RUNNER_H
 #define JOB_RUNNER_H
 
-#include "block/job.h"
+#include "block/mirror/job.h"
 #include "qemu-mirror-tool/qmp.h"
 #include <stdio.h>
 #include <glib.h>

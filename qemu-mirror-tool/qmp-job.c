@@ -5,7 +5,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/qmp-job.h"
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 
 #include <string.h>
 

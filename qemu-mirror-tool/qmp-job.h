@@ -9,7 +9,7 @@
 #ifndef QMP_JOB_H
 #define QMP_JOB_H
 
-#include "block/job.h"
+#include "block/mirror/job.h"
 #include "qemu-mirror-tool/qmp.h"
 
 /* What the commands act on. */

@@ -5,8 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
-#include "block/export-nbd.h"
-#include "block/mirror.h"
+#include "block/export/nbd-server.h"
+#include "block/mirror/mirror.h"
 #include "block/nbd.h"
 #include "util/cutils.h"
 

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "block/block.h"
-#include "block/export-nbd.h"
+#include "block/export/nbd-server.h"
 
 enum {
     TOOL_EXIT_OK = 0,

@@ -1,6 +1,6 @@
 /*
  * Sockets shared by the NBD client (block/nbd-conn.c), the NBD server
- * (block/export-nbd.c) and the QMP server (qemu-mirror-tool/qmp.c):
+ * (block/export/nbd-server.c) and the QMP server (qemu-mirror-tool/qmp.c):
  * send-buffer tuning, and the one rule for every UNIX socket we listen on.
  *
  * Copyright (C) 2026 qemu-mirror authors

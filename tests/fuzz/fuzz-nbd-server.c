@@ -2,7 +2,7 @@
  * libFuzzer target: the input is what an NBD client sends to our server.
  *
  * Each input goes, byte for byte, into one end of a socketpair whose other
- * end is a connection of an in-process NbdServer (block/export-nbd*.c)
+ * end is a connection of an in-process NbdServer (block/export/nbd-server*.c)
  * exporting a null node: the handshake (client flags, options) and then
  * the transmission phase (requests, WRITE payloads), exactly as they would
  * arrive from a socket.  The main context is pumped while the input is
@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "block/block.h"
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 #include "tests/qtest-like/test-util.h"
 
 /* A small export: reads and writes stay cheap; requests beyond it still

@@ -12,7 +12,7 @@
 #define TEST_EXPORT_FIXTURE_H
 
 #include <glib.h>
-#include "block/export-nbd.h"
+#include "block/export/nbd-server.h"
 
 #define FIX_SIZE  (16 * 1024 * 1024)
 

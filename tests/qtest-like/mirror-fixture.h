@@ -8,7 +8,7 @@
 #ifndef TEST_MIRROR_FIXTURE_H
 #define TEST_MIRROR_FIXTURE_H
 
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "block/null.h"
 #include "tests/qtest-like/test-util.h"
 

@@ -26,7 +26,7 @@
  */
 #include "tests/qtest-like/export-fixture.h"
 #include "tests/qtest-like/test-util.h"
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 #include "block/null.h"
 
 #include <errno.h>

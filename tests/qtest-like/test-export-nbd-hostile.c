@@ -11,7 +11,7 @@
  */
 #include "tests/qtest-like/export-fixture.h"
 #include "tests/qtest-like/test-util.h"
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 
 #include <errno.h>
 #include <libnbd.h>

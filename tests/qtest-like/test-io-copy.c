@@ -25,7 +25,7 @@
 
 #include "block/block-int.h"
 #include "block/io-int.h"
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "block/thread-pool.h"
 #include "tests/qtest-like/raw-fixture.h"
 #include "tests/qtest-like/test-util.h"

@@ -18,8 +18,8 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror.h"
-#include "block/mirror-top.h"
+#include "block/mirror/mirror.h"
+#include "block/mirror/mirror-top.h"
 #include "tests/qtest-like/test-util.h"
 #include "util/cutils.h"
 

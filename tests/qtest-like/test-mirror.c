@@ -6,7 +6,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "block/null.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "tests/qtest-like/test-util.h"

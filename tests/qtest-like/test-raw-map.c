@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "block/block-int.h"
-#include "block/mirror.h"
+#include "block/mirror/mirror.h"
 #include "block/raw-int.h"
 #include "tests/qtest-like/raw-fixture.h"
 #include "tests/qtest-like/test-util.h"

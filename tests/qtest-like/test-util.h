@@ -11,7 +11,7 @@
 
 #include <glib.h>
 #include "block/block.h"
-#include "block/job.h"
+#include "block/mirror/job.h"
 
 /* Iterate the main context until *@flag is true, failing the test after
  * @timeout_s seconds. */

@@ -6,8 +6,8 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror-int.h"
-#include "block/mirror-top.h"
+#include "block/mirror/mirror-int.h"
+#include "block/mirror/mirror-top.h"
 
 #include <errno.h>
 #include <inttypes.h>

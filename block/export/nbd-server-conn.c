@@ -8,12 +8,12 @@
  * connection has no read watch; whatever frees budget (a completion, sent
  * output) schedules an idle "kick" that parses the buffered input again.
  * Output is a queue of pieces sent with sendmsg() when the socket is
- * writable.  See export-nbd-int.h for the lifetime rules.
+ * writable.  See block/export/nbd-server-int.h for the lifetime rules.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 
 #include <errno.h>
 #include <sys/socket.h>

@@ -1,8 +1,8 @@
 /*
- * NBD server internals, shared by export-nbd.c (listening, timeouts, the
- * API), export-nbd-conn.c (a connection's buffering, backpressure and
- * lifetime), export-nbd-opts.c (handshake and options) and
- * export-nbd-cmd.c (transmission requests).
+ * NBD server internals, shared by block/export/nbd-server.c (listening, timeouts, the
+ * API), nbd-server-conn.c (a connection's buffering, backpressure and
+ * lifetime), nbd-server-opts.c (handshake and options) and
+ * nbd-server-cmd.c (transmission requests).
  *
  * Lifetimes: a connection (NbdClient) is reference counted: one reference
  * for the open socket, one per request in flight, and a temporary one while
@@ -21,7 +21,7 @@
 #define BLOCK_EXPORT_NBD_INT_H
 
 #include "block/block-int.h"
-#include "block/export-nbd.h"
+#include "block/export/nbd-server.h"
 #include "util/cutils.h"
 #include "util/sockets.h"
 
@@ -302,7 +302,7 @@ struct NbdServer {
     NbdServerStats stats;
 };
 
-/* ---- export-nbd.c: the server ---- */
+/* ---- block/export/nbd-server.c: the server ---- */
 
 /* An fd watch / a timer (0 ms: an idle) on the server's context; the
  * caller owns the returned reference. */
@@ -323,7 +323,7 @@ void nbdsrv_update_listen(NbdServer *srv);
 /* The byte budget: MAX(budget_base, max_clients x CLIENT_MIN_BYTES). */
 uint64_t nbdsrv_budget(NbdServer *srv);
 
-/* ---- export-nbd-conn.c: connections ---- */
+/* ---- nbd-server-conn.c: connections ---- */
 
 /* A connection accepted on @fd (non-blocking): greet it. */
 void nbdsrv_client_new(NbdServer *srv, int fd);
@@ -371,7 +371,7 @@ void nbdsrv_client_update(NbdClient *c);
 NbdRequest *nbdsrv_req_new(NbdClient *c, const NbdRequestHeader *h);
 void nbdsrv_req_free(NbdRequest *req);
 
-/* ---- export-nbd-opts.c: handshake ---- */
+/* ---- nbd-server-opts.c: handshake ---- */
 
 /* Queue the greeting (NBDMAGIC, IHAVEOPT, handshake flags). */
 void nbdsrv_opts_greet(NbdClient *c);
@@ -383,7 +383,7 @@ void nbdsrv_opts_header(NbdClient *c, uint64_t magic, uint32_t opt,
 /* The option's data is in c->opt_data (or was skipped: @too_big). */
 void nbdsrv_opts_handle(NbdClient *c, bool too_big);
 
-/* ---- export-nbd-cmd.c: transmission ---- */
+/* ---- nbd-server-cmd.c: transmission ---- */
 
 /*
  * A request header is at the front of the input.  Returns false, leaving

@@ -20,7 +20,7 @@
 #define BLOCK_MIRROR_H
 
 #include "block/block.h"
-#include "block/job.h"
+#include "block/mirror/job.h"
 
 #define MIRROR_DEFAULT_CHUNK_SIZE    (1 << 20)      /* MAX_IO_BYTES */
 #define MIRROR_DEFAULT_MAX_IN_FLIGHT 16             /* MAX_IN_FLIGHT */

@@ -14,7 +14,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 #include "util/cutils.h"
 
 #include <errno.h>

@@ -17,7 +17,7 @@
 #define BLOCK_MIRROR_TOP_H
 
 #include "block/block.h"
-#include "block/job.h"
+#include "block/mirror/job.h"
 
 /* A filter over @child (a reference is taken); writable if @child is. */
 BlockDriverState *mirror_top_new(BlockDriverState *child, GError **errp);

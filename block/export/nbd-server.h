@@ -175,7 +175,7 @@ void nbdsrv_set_payload_timeout(NbdServer *srv, int64_t payload_ms);
  * NBDSRV_DEFAULT_SHARED).  At the limit the server stops accepting, as
  * qemu-nbd does: new connections wait in the listen backlog until one
  * ends.  Connections already open stay.  Raising it above 31 raises the byte
- * budget to @shared x 33 MiB (see export-nbd-int.h).
+ * budget to @shared x 33 MiB (see block/export/nbd-server-int.h).
  */
 void nbdsrv_set_shared(NbdServer *srv, unsigned shared);
 

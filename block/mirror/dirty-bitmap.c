@@ -4,7 +4,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/dirty-bitmap.h"
+#include "block/mirror/dirty-bitmap.h"
 #include "util/cutils.h"
 #include "util/hbitmap.h"
 #include "util/rate-meter.h"

@@ -8,8 +8,8 @@
 #ifndef BLOCK_MIRROR_INT_H
 #define BLOCK_MIRROR_INT_H
 
-#include "block/dirty-bitmap.h"
-#include "block/mirror.h"
+#include "block/mirror/dirty-bitmap.h"
+#include "block/mirror/mirror.h"
 #include "util/buf-pool.h"
 #include "util/cutils.h"
 #include "util/hbitmap.h"

@@ -14,7 +14,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror-int.h"
+#include "block/mirror/mirror-int.h"
 
 #include <errno.h>
 

@@ -8,7 +8,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror-int.h"
+#include "block/mirror/mirror-int.h"
 
 /* How much block status to ask for at once. */
 #define MIRROR_STATUS_WINDOW    (1 * GiB)

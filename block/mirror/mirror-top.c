@@ -5,8 +5,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/block-int.h"
-#include "block/mirror.h"
-#include "block/mirror-top.h"
+#include "block/mirror/mirror.h"
+#include "block/mirror/mirror-top.h"
 
 #include <errno.h>
 

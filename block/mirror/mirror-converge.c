@@ -16,7 +16,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror-int.h"
+#include "block/mirror/mirror-int.h"
 
 #define MIRROR_CONVERGE_CHECK_NS        (500 * 1000 * 1000LL)
 

@@ -4,7 +4,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/job.h"
+#include "block/mirror/job.h"
 #include "block/block.h"
 
 #include <errno.h>

@@ -1,12 +1,12 @@
 /*
  * NBD server: listening, accepting, timeouts and the public API.  The
- * connections themselves are export-nbd-conn.c; the protocol is
- * export-nbd-opts.c (handshake) and export-nbd-cmd.c (requests).
+ * connections themselves are nbd-server-conn.c; the protocol is
+ * nbd-server-opts.c (handshake) and nbd-server-cmd.c (requests).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/export-nbd-int.h"
+#include "block/export/nbd-server-int.h"
 #include "util/sockets.h"
 
 #include <errno.h>

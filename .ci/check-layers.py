@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+# The libraries' layering, checked on every build (meson.build runs this):
+#
+#   util  <-  block (core + drivers)  <-  block/export, block/mirror  <-  tool
+#
+# A file may include headers of its own library and of the libraries below
+# it, never above or beside: block/ never includes block/export/ or
+# block/mirror/, those two never include each other, nothing but the tool
+# includes qemu-mirror-tool/, and the tool reaches drivers' internals
+# (block/*-int.h, block/qcow2.h) through BlockDriver members only.
+# Prints each offending include and exits 1; with a path, touches it on
+# success (the build's stamp).
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# directory -> include prefixes it must not use
+FORBIDDEN = {
+    'util': ['block/', 'qemu-mirror-tool/'],
+    'block': ['block/export/', 'block/mirror/', 'qemu-mirror-tool/'],
+    'block/export': ['block/mirror/', 'qemu-mirror-tool/'],
+    'block/mirror': ['block/export/', 'qemu-mirror-tool/'],
+    'qemu-mirror-tool': [],
+}
+# the tool's own rule: public headers only
+TOOL_FORBIDDEN = re.compile(r'^block/(.*-int\.h|qcow2\.h)$')
+
+# Until the CLI reaches qcow2 through BlockDriver members (issue #18).
+PENDING = {'qemu-mirror-tool/cmd-check.c', 'qemu-mirror-tool/cmd-info.c',
+           'qemu-mirror-tool/cmd-map.c'}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def main():
+    bad = []
+    for d, forbidden in FORBIDDEN.items():
+        path = os.path.join(ROOT, d)
+        for name in sorted(os.listdir(path)):
+            if not name.endswith(('.c', '.h')):
+                continue
+            with open(os.path.join(path, name), encoding='utf-8') as f:
+                text = f.read()
+            for inc in INCLUDE.findall(text):
+                if any(inc.startswith(p) for p in forbidden) or \
+                   (d == 'qemu-mirror-tool' and TOOL_FORBIDDEN.match(inc) and
+                    f'{d}/{name}' not in PENDING):
+                    bad.append(f'{d}/{name}: #include "{inc}"')
+    for b in bad:
+        print(f'layering: {b}', file=sys.stderr)
+    if bad:
+        print(f'layering: {len(bad)} include(s) against the library '
+              f'order (.ci/check-layers.py)', file=sys.stderr)
+        return 1
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], 'w') as f:
+            f.write('ok\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
