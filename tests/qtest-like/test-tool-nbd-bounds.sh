@@ -17,7 +17,10 @@
 requires nbdkit python3 timeout cmp truncate
 
 FAULTY=$TEST_SRCDIR/nbd-faulty.py
-TMO="timeout -k 5 60"
+# --foreground: a signal sent to timeout reaches the tool once (without
+# it, timeout passes it on to the tool and then to its whole process
+# group, the tool again: a second SIGINT means "stop at once").
+TMO="timeout --foreground -k 5 60"
 
 # start_faulty NAME ARGS...: nbd-faulty.py ARGS on ./NAME.sock, events
 # in NAME.log; returns once it listens.  Sets uri.
