@@ -345,6 +345,7 @@ int cmd_convert(int argc, char **argv)
           "NBD connections per end when the server allows multi-conn, "
           "1..16 (default: CPUs up to 4)", "N" },
         TOOL_NBD_TIMEOUT_ENTRIES,
+        TOOL_THREADS_ENTRY,
         { "cache", 't', 0, G_OPTION_ARG_STRING, &o.dst_cache,
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,

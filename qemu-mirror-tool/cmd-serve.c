@@ -104,6 +104,7 @@ int cmd_serve(int argc, char **argv)
           "bytes of request buffers and unsent replies over all clients, "
           "at least --shared x 33M, at most 1T (default: 1G, or --shared x "
           "33M if more)", "SIZE" },
+        TOOL_THREADS_ENTRY,
         { NULL },
     };
 

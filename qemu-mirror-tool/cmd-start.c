@@ -407,6 +407,7 @@ int cmd_start(int argc, char **argv)
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per NBD end, 1..16 (default: CPUs up to 4; 1 with --export)", "N" },
         TOOL_NBD_TIMEOUT_ENTRIES,
+        TOOL_THREADS_ENTRY,
         { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
           "the job's id and device name in QMP (default: mirror)", "ID" },
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,

@@ -8,6 +8,7 @@
 #include "block/export/nbd-server.h"
 #include "block/mirror/mirror.h"
 #include "block/nbd.h"
+#include "block/thread-pool.h"
 #include "util/cutils.h"
 
 #include <errno.h>
@@ -191,6 +192,18 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
     /* "--connect-timeout" -> "connect-timeout" */
     g_hash_table_replace(tool_nbd_timeouts, g_strdup(name + 2),
                          g_strdup_printf("%" G_GINT64_FORMAT, v));
+    return TRUE;
+}
+
+gboolean tool_opt_threads(const gchar *name, const gchar *value,
+                          gpointer data, GError **errp)
+{
+    int64_t v;
+
+    if (!parse_count(name, value, 1, THREAD_POOL_MAX_THREADS, &v, errp)) {
+        return FALSE;
+    }
+    thread_pool_set_threads(v);
     return TRUE;
 }
 

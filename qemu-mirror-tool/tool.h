@@ -141,6 +141,18 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
       "0: never)", "SECS" }
 
 /*
+ * GOptionArgFunc of --threads: check the value (1..THREAD_POOL_MAX_THREADS)
+ * and give the I/O thread pool that many workers.
+ */
+gboolean tool_opt_threads(const gchar *name, const gchar *value,
+                          gpointer data, GError **errp);
+
+/* --threads, of the commands that run I/O (convert, start, serve). */
+#define TOOL_THREADS_ENTRY \
+    { "threads", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_threads, \
+      "worker threads for file I/O, 1..256 (default 16)", "N" }
+
+/*
  * The NBD export's limits as typed: serve's --shared, --payload-timeout,
  * --handshake-limit, --reply-timeout and --budget, or start's --export-*
  * spelling of the same.  The members are GOptionEntry string targets,
