@@ -29,6 +29,8 @@ typedef struct ConvertOptions {
     char *src_format;
     char *dst_format;
     char *create_opts;
+    char *src_opts;
+    char *dst_opts;
     char *src_cache;
     char *dst_cache;
     char *parallel;
@@ -50,6 +52,8 @@ static void convert_options_clear(ConvertOptions *o)
     g_free(o->src_format);
     g_free(o->dst_format);
     g_free(o->create_opts);
+    g_free(o->src_opts);
+    g_free(o->dst_opts);
     g_free(o->src_cache);
     g_free(o->dst_cache);
     g_free(o->parallel);
@@ -277,7 +281,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
             .created = true, .dev = st.st_dev, .ino = st.st_ino,
         };
     }
-    bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, NULL, &err);
+    bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, open_opts, &err);
     if (!bs) {
         /* A new file is removed by the caller; an existing one was
          * overwritten already. */
@@ -302,6 +306,10 @@ int cmd_convert(int argc, char **argv)
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) create_opts = NULL;
+    g_autoptr(GHashTable) src_user_opts = NULL;
+    g_autoptr(GHashTable) dst_user_opts = NULL;
+    g_autoptr(GHashTable) src_open_opts = NULL;
+    g_autoptr(GHashTable) dst_open_opts = NULL;
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
                                                            g_str_equal,
                                                            g_free, g_free);
@@ -319,6 +327,12 @@ int cmd_convert(int argc, char **argv)
           "target format (default: raw)", "FMT" },
         { "options", 'o', 0, G_OPTION_ARG_STRING, &o.create_opts,
           "target creation options, e.g. preallocation=falloc", "OPTS" },
+        { "source-opts", 0, 0, G_OPTION_ARG_STRING, &o.src_opts,
+          "source node options, e.g. views=off (see docs: IMAGES)",
+          "OPTS" },
+        { "target-opts", 0, 0, G_OPTION_ARG_STRING, &o.dst_opts,
+          "target node options, e.g. l2-cache-size=1M (see docs: IMAGES)",
+          "OPTS" },
         { "no-create", 'n', 0, G_OPTION_ARG_NONE, &o.no_create,
           "write into an existing target (at least as large as the source)",
           NULL },
@@ -365,7 +379,11 @@ int cmd_convert(int argc, char **argv)
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("convert", argc, 2, "a source and a target") ||
         !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts,
-                       nbd_opts)) {
+                       nbd_opts) ||
+        !tool_parse_open_options("--source-opts", o.src_opts,
+                                 &src_user_opts) ||
+        !tool_parse_open_options("--target-opts", o.dst_opts,
+                                 &dst_user_opts)) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -374,8 +392,10 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
+    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
+    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
     src = tool_open_image("source", argv[1], o.src_format, src_flags,
-                          tool_nbd_options(argv[1], nbd_opts));
+                          src_open_opts);
     if (!src) {
         ret = TOOL_EXIT_USAGE;
         goto out;
@@ -391,8 +411,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              tool_nbd_options(argv[2], nbd_opts), &created,
-                              &ret);
+                              dst_open_opts, &created, &ret);
     if (!dst) {
         /* A signal that cut a connect short: its exit code. */
         if (runner.signal) {
