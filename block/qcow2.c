@@ -432,6 +432,13 @@ static bool qcow2_open(BlockDriverState *bs, const char *spec, int flags,
         g_prefix_error(errp, "Could not open '%s': ", spec);
         return false;
     }
+    /* What the open options came to (the tests read it). */
+    g_debug("qcow2 '%s': L2 cache of %" PRId64 " tables, refcount cache of "
+            "%" PRId64 " tables, fused copies %s", spec,
+            qcow2_cache_max_entries(node->s->l2_cache),
+            node->s->rb_cache ? qcow2_cache_max_entries(node->s->rb_cache)
+                              : 0,
+            node->s->in_memory ? "on" : "off");
     return true;
 }
 

@@ -283,6 +283,10 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
         raw_views_probe_early();        /* 2-3 ms, off the copy's start */
     }
     s->can_copy = in_memory && o.copy_offload != ON_OFF_AUTO_OFF;
+    /* What the open options came to (the tests read it). */
+    g_debug("raw '%s': views %s, fused copies %s", spec,
+            !s->can_map ? "off" : s->map_forced ? "on" : "where they pay",
+            s->can_copy ? "on" : "off");
     /* Its I/O never waits for a device: run it as CPU work, one worker
      * per CPU taking requests back to back, instead of a thread for each
      * request in flight (start, 2 GiB into nbdkit file: 0.671 against

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,6 +197,49 @@ static bool convert_check_job(BlockDriverState *src, const MirrorParams *p)
     }
     tool_error("%s", err->message);
     return false;
+}
+
+/*
+ * Check the node options @user of a target that is still to be created
+ * (as @fmt): the driver only reads them when it opens an image, and by
+ * then bdrv_create() has made or truncated the target.  So open a small
+ * image of that format made in memory (a memfd, no file anywhere) with
+ * them.  False with the message printed, naming @dst; true when they
+ * pass or there is nothing to check.
+ */
+static bool convert_check_target_opts(const char *fmt, const char *dst,
+                                      GHashTable *user)
+{
+    g_autofree char *path = NULL;
+    g_autofree char *msg = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs;
+    int fd;
+
+    if (!user || !g_hash_table_size(user)) {
+        return true;
+    }
+    fd = memfd_create("mirror-tool-options", MFD_CLOEXEC);
+    if (fd < 0) {
+        return true;        /* the open after the create checks them */
+    }
+    path = g_strdup_printf("/proc/self/fd/%d", fd);
+    if (bdrv_create(fmt, path, 64 * KiB, NULL, NULL)) {
+        bs = bdrv_open(path, fmt, BDRV_O_RDWR, user, &err);
+        if (bs) {
+            bdrv_unref(bs);
+        } else {
+            g_auto(GStrv) parts = g_strsplit(err->message, path, -1);
+
+            msg = g_strjoinv(dst, parts);
+        }
+    }
+    close(fd);
+    if (msg) {
+        tool_error("target: %s", msg);
+        return false;
+    }
+    return true;
 }
 
 /* A target this run created: removed again if it is not filled. */
@@ -403,7 +447,10 @@ int cmd_convert(int argc, char **argv)
     /* The whole source chain is open: the target may be none of its
      * files, and every parameter passes before the target is touched. */
     if (!tool_check_target_chain(src, argv[2]) ||
-        !convert_check_job(src, &p)) {
+        !convert_check_job(src, &p) ||
+        (!o.no_create &&
+         !convert_check_target_opts(o.dst_format ? o.dst_format : "raw",
+                                    argv[2], dst_user_opts))) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
