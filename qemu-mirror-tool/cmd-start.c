@@ -68,14 +68,6 @@ static void start_options_clear(StartOptions *o)
     }
 }
 
-static const char *const sync_names[] = { "full", "top", "none", NULL };
-static const char *const on_error_names[] = {
-    "report", "ignore", "stop", "enospc", NULL,
-};
-static const char *const copy_mode_names[] = {
-    "background", "write-blocking", NULL,
-};
-
 /*
  * stop and enospc pause the job on an error until block-job-resume: only
  * a QMP client can send that.  Without --qmp the job would wait forever.
@@ -112,21 +104,21 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         return false;
     }
     if (o->sync) {
-        if (!tool_parse_choice("--sync", o->sync, sync_names, &choice)) {
+        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names, &choice)) {
             return false;
         }
         p->sync = choice;
     }
     if (o->on_source_error) {
         if (!tool_parse_choice("--on-source-error", o->on_source_error,
-                               on_error_names, &choice)) {
+                               qmp_on_error_names, &choice)) {
             return false;
         }
         p->on_source_error = choice;
     }
     if (o->on_target_error) {
         if (!tool_parse_choice("--on-target-error", o->on_target_error,
-                               on_error_names, &choice)) {
+                               qmp_on_error_names, &choice)) {
             return false;
         }
         p->on_target_error = choice;
@@ -143,7 +135,7 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
     }
     if (o->copy_mode) {
         if (!tool_parse_choice("--copy-mode", o->copy_mode,
-                               copy_mode_names, &choice)) {
+                               qmp_copy_mode_names, &choice)) {
             return false;
         }
         p->copy_mode = choice;
