@@ -110,6 +110,15 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
 GHashTable *tool_open_options(const char *spec, GHashTable *nbd_opts,
                               GHashTable *user);
 
+/* --source-opts and --target-opts (convert, start), into the strings
+ * @src and @dst. */
+#define TOOL_NODE_OPTS_ENTRIES(src, dst) \
+    { "source-opts", 0, 0, G_OPTION_ARG_STRING, (src), \
+      "source node options, e.g. views=off (see docs: IMAGES)", "OPTS" }, \
+    { "target-opts", 0, 0, G_OPTION_ARG_STRING, (dst), \
+      "target node options, e.g. copy-offload=off (see docs: IMAGES)", \
+      "OPTS" }
+
 /*
  * Parse the node options @str of option @opt ("--source-opts") into a new
  * table; NULL (no options) when @str is NULL.  False with a message on a
