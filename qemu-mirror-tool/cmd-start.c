@@ -57,7 +57,8 @@ static void start_options_clear(StartOptions *o)
 {
     char **strs[] = {
         &o->src_format, &o->dst_format, &o->src_opts, &o->dst_opts,
-        &o->sync, &o->granularity, &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
+        &o->sync, &o->granularity, &o->buf_size, &o->chunk_size,
+        &o->max_in_flight, &o->speed,
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
         &o->converge_after, &o->converge_passes, &o->stall_warning,
@@ -104,7 +105,8 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         return false;
     }
     if (o->sync) {
-        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names, &choice)) {
+        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names,
+                               &choice)) {
             return false;
         }
         p->sync = choice;
