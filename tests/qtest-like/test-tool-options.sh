@@ -21,7 +21,7 @@
 . "${TEST_LIB:-$(dirname "$0")/lib.sh}"
 requires sha256sum cmp qemu-img timeout
 
-TMO="timeout -k 5 120"
+TMO=(timeout -k 5 120)
 make_sparse_image src.img 4M 64K:64K 1M:1M+100K 3M:4K
 make_random_image old.img 4M
 remember_sum src.img
@@ -34,7 +34,7 @@ refused()
     local desc=$1 needle=$2
     shift 2
     rm -f new.img new.qcow2
-    run $TMO "$T" "$@"
+    run "${TMO[@]}" "$T" "$@"
     [ "$last_rc" = 2 ] || fail "$desc: expected exit code 2, got $last_rc"
     stderr_one_line
     stderr_has "mirror-tool: " "$needle"
@@ -61,11 +61,11 @@ ok "--threads: 0, -1, x, 257, 2^66, '' and 1.5 are refused by convert, start and
 
 for v in 1 256; do
     rm -f new.img
-    expect_ok $TMO "$T" convert --threads "$v" src.img new.img
+    expect_ok "${TMO[@]}" "$T" convert --threads "$v" src.img new.img
     assert_same src.img new.img "convert --threads $v"
 done
 cp old.img t.img
-expect_ok $TMO "$T" start --threads 1 src.img t.img
+expect_ok "${TMO[@]}" "$T" start --threads 1 src.img t.img
 assert_same src.img t.img "start --threads 1"
 ok "--threads 1 and 256: convert and start copy every byte"
 
@@ -159,7 +159,7 @@ if shm_scratch; then
     for views in auto on off; do
         rm -f "$shm/v.img"
         G_MESSAGES_DEBUG=mirror-block \
-            expect_ok $TMO "$T" convert --source-opts "views=$views" \
+            expect_ok "${TMO[@]}" "$T" convert --source-opts "views=$views" \
             "$shm/s.img" "$shm/v.img"
         assert_same "$shm/s.img" "$shm/v.img" "convert views=$views"
         line=$(debug_line raw)
@@ -177,14 +177,14 @@ if shm_scratch; then
     for copy in on off; do
         rm -f "$shm/c.img" "$shm/c.qcow2"
         G_MESSAGES_DEBUG=mirror-block \
-            expect_ok $TMO "$T" convert -W --target-opts "copy-offload=$copy" \
+            expect_ok "${TMO[@]}" "$T" convert -W --target-opts "copy-offload=$copy" \
             "$shm/s.img" "$shm/c.img"
         assert_same "$shm/s.img" "$shm/c.img" "convert copy-offload=$copy"
         cat "$last_out" "$last_err" |
             grep -q "raw '$shm/c.img': views .*, fused copies $copy" ||
             fail "copy-offload=$copy: $(debug_line raw)"
         G_MESSAGES_DEBUG=mirror-block \
-            expect_ok $TMO "$T" convert -W -O qcow2 \
+            expect_ok "${TMO[@]}" "$T" convert -W -O qcow2 \
             --target-opts "copy-offload=$copy" "$shm/s.img" "$shm/c.qcow2"
         cat "$last_out" "$last_err" |
             grep -q "qcow2 '$shm/c.qcow2': .*, fused copies $copy" ||
@@ -205,7 +205,7 @@ for c in "|128|32" "l2-cache-size=1M|16|32" \
     IFS='|' read -r opts l2 rb <<<"$c"
     rm -f new.qcow2
     G_MESSAGES_DEBUG=mirror-block \
-        expect_ok $TMO "$T" convert -O qcow2 ${opts:+--target-opts "$opts"} \
+        expect_ok "${TMO[@]}" "$T" convert -O qcow2 ${opts:+--target-opts "$opts"} \
         src.img new.qcow2
     want="L2 cache of $l2 tables, refcount cache of $rb tables"
     debug_line qcow2 | grep -q "$want" ||
