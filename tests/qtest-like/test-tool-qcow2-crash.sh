@@ -53,7 +53,7 @@ fi
 SEED=${QCOW2_CRASH_SEED:-$(( $(date +%s) % 1000000 ))}
 RANDOM=$SEED
 echo "# seed $SEED (replay: QCOW2_CRASH_SEED=$SEED)"
-CACHES=(--target-opts l2-cache-size=1,refcount-cache-size=1)
+CACHES=(--target-opts "l2-cache-size=1,refcount-cache-size=1")
 kills=0
 # Python runs once per kill: the system interpreter, not a wrapper that
 # takes a second to start (pyenv shims).
