@@ -745,23 +745,12 @@ void bdrv_complete_later(BlockCompletionFunc *cb, void *opaque, int ret)
 bool bdrv_parse_spec_options(const char *str, GHashTable *options,
                              GError **errp)
 {
-    g_auto(GStrv) parts = NULL;
+    g_autoptr(GError) err = NULL;
 
-    if (!*str) {
-        return true;
-    }
-    parts = g_strsplit(str, ",", -1);
-    for (int i = 0; parts[i]; i++) {
-        char *eq = strchr(parts[i], '=');
-
-        if (!eq || eq == parts[i]) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "Invalid option '%s': expected key=value",
-                        parts[i]);
-            return false;
-        }
-        *eq = '\0';
-        g_hash_table_replace(options, g_strdup(parts[i]), g_strdup(eq + 1));
+    if (!parse_key_values(NULL, str, options, &err)) {
+        g_set_error_literal(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                            err->message);
+        return false;
     }
     return true;
 }

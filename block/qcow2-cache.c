@@ -50,6 +50,11 @@ Qcow2Cache *qcow2_cache_new(bool is_l2, int64_t max_entries,
     return c;
 }
 
+int64_t qcow2_cache_max_entries(const Qcow2Cache *c)
+{
+    return c->max_entries;
+}
+
 static void qcow2_cache_entry_free(Qcow2CacheEntry *e)
 {
     qemu_vfree(e->data);

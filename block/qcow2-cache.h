@@ -33,6 +33,9 @@ Qcow2Cache *qcow2_cache_new(bool is_l2, int64_t max_entries,
                             int64_t entry_size);
 void qcow2_cache_free(Qcow2Cache *c);
 
+/* The most tables @c holds (what qcow2_cache_new() made of its size). */
+int64_t qcow2_cache_max_entries(const Qcow2Cache *c);
+
 /*
  * The table at host @offset, pinned: read from the file, or all zeroes
  * when @fresh (a newly allocated table).  Evicting a dirty table writes it

@@ -4,10 +4,10 @@
  * sync, the overlap check every data write passes, the transfers in flight
  * (so that a freed cluster is not reused while an old transfer may still
  * touch it) and the allocation records that serialise the requests
- * changing the same guest clusters.  All on worker threads.  Also the
- * crash test's instrumentation (QCOW2_DEBUG_ENV, see qcow2-debug.h): every
- * change to an image file is counted here, so that the test can kill the
- * process exactly before the N-th one.
+ * changing the same guest clusters.  All on worker threads.  With
+ * -Dtest-hooks=true, also the crash test's instrumentation (see
+ * qcow2-debug.h): every change to an image file is counted here, so that
+ * the test can kill the process exactly before the N-th one.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -20,15 +20,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* ---- Test instrumentation (the crash test) ---- */
+/* ---- Test instrumentation (the crash test), test builds only ---- */
+
+#ifdef CONFIG_TEST_HOOKS
 
 #define QCOW2_DEBUG_TRACE   (1 << 20)   /* kinds remembered */
 
 typedef struct Qcow2Debug {
     int64_t kill_at;            /* 0: never */
     char *count_path;           /* where `count` writes the trace */
-    int64_t l2_cache;           /* tables; 0: the default */
-    int64_t rb_cache;
     gint changes;               /* file changes so far (atomic) */
     char *trace;                /* their kinds, for `count` */
 } Qcow2Debug;
@@ -73,10 +73,6 @@ static const Qcow2Debug *qcow2_debug_get(void)
                 qcow2_debug.kill_at = qcow2_debug_number(kv[0], kv[1]);
             } else if (!strcmp(kv[0], "count") && kv[1] && kv[1][0]) {
                 qcow2_debug.count_path = g_strdup(kv[1]);
-            } else if (!strcmp(kv[0], "l2-cache")) {
-                qcow2_debug.l2_cache = qcow2_debug_number(kv[0], kv[1]);
-            } else if (!strcmp(kv[0], "rb-cache")) {
-                qcow2_debug.rb_cache = qcow2_debug_number(kv[0], kv[1]);
             } else {
                 g_error("%s: unknown key '%s'", QCOW2_DEBUG_ENV, kv[0]);
             }
@@ -107,13 +103,7 @@ void qcow2_debug_change(char kind)
     }
 }
 
-int64_t qcow2_debug_cache_tables(bool is_l2, int64_t def)
-{
-    const Qcow2Debug *d = qcow2_debug_get();
-    int64_t n = is_l2 ? d->l2_cache : d->rb_cache;
-
-    return n ? n : def;
-}
+#endif /* CONFIG_TEST_HOOKS */
 
 /* ---- File I/O (blocking) ---- */
 

@@ -24,7 +24,7 @@
 #include "block/block-int.h"
 #include "util/cutils.h"
 #include "block/qcow2-cache.h"      /* L2 / refcount block caches */
-#include "block/qcow2-debug.h"      /* QEMU_MIRROR_QCOW2_DEBUG knob */
+#include "block/qcow2-debug.h"      /* test builds: the crash test */
 #include "block/qcow2-refcount.h"   /* refcounts, allocation, frees */
 
 #include <sys/uio.h>

@@ -29,15 +29,73 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Metadata cache sizes (bytes of tables) */
+/* Metadata cache sizes (bytes of tables): the defaults of
+ * l2-cache-size (the top layer; backing layers have the smaller one) and
+ * refcount-cache-size, and the most either may be (QEMU's bound). */
 #define QCOW2_L2_CACHE_BYTES        (8 * MiB)
 #define QCOW2_RB_CACHE_BYTES        (2 * MiB)
 #define QCOW2_BACKING_L2_CACHE      (2 * MiB)
+#define QCOW2_MAX_CACHE_BYTES       INT32_MAX
 
 #define QCOW2_MAX_TRANSFER          (64 * MiB)
 #define QCOW2_MAX_ZERO              (256 * MiB)
 
 /* ---- Opening one layer ---- */
+
+/* The open options of a layer (docs/mirror-tool.md, IMAGES). */
+typedef struct Qcow2OpenOptions {
+    int64_t l2_cache_size;          /* bytes of L2 tables cached */
+    int64_t refcount_cache_size;    /* bytes of refcount blocks cached */
+    bool copy_offload;              /* fused copies where they apply */
+} Qcow2OpenOptions;
+
+/* The defaults, for a layer at @depth (0: the top image). */
+static Qcow2OpenOptions qcow2_default_options(int depth)
+{
+    return (Qcow2OpenOptions) {
+        .l2_cache_size = depth ? QCOW2_BACKING_L2_CACHE
+                               : QCOW2_L2_CACHE_BYTES,
+        .refcount_cache_size = QCOW2_RB_CACHE_BYTES,
+        .copy_offload = true,
+    };
+}
+
+/* Take the size option @key out of @options into *@value. */
+static bool qcow2_take_cache_size(GHashTable *options, const char *key,
+                                  int64_t *value, GError **errp)
+{
+    const char *v = g_hash_table_lookup(options, key);
+
+    if (!v) {
+        return true;
+    }
+    if (!parse_size_range(key, v, 0, QCOW2_MAX_CACHE_BYTES, false, value,
+                          errp)) {
+        return false;
+    }
+    g_hash_table_remove(options, key);
+    return true;
+}
+
+/* Take the options of Qcow2OpenOptions out of @options into @o. */
+static bool qcow2_parse_options(GHashTable *options, const char *spec,
+                                Qcow2OpenOptions *o, GError **errp)
+{
+    g_autoptr(GError) err = NULL;
+    OnOffAuto copy = ON_OFF_AUTO_AUTO;
+
+    if (!qcow2_take_cache_size(options, "l2-cache-size", &o->l2_cache_size,
+                               &err) ||
+        !qcow2_take_cache_size(options, "refcount-cache-size",
+                               &o->refcount_cache_size, &err) ||
+        !take_on_off_auto(options, "copy-offload", &copy, &err)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s", spec,
+                    err->message);
+        return false;
+    }
+    o->copy_offload = copy != ON_OFF_AUTO_OFF;
+    return true;
+}
 
 int qcow2_signal_corruption(BDRVQcow2State *s, const char *fmt, ...)
 {
@@ -86,8 +144,8 @@ static uint64_t *qcow2_read_table(BDRVQcow2State *s, int64_t offset,
 }
 
 /* Open the file itself; refuse what is not a regular file or loops. */
-static bool qcow2_open_file(BDRVQcow2State *s, GHashTable *chain,
-                            GError **errp)
+static bool qcow2_open_file(BDRVQcow2State *s, const Qcow2OpenOptions *o,
+                            GHashTable *chain, GError **errp)
 {
     struct stat st;
     char *key;
@@ -105,7 +163,7 @@ static bool qcow2_open_file(BDRVQcow2State *s, GHashTable *chain,
                     "a qcow2 image must be a regular file");
         return false;
     }
-    s->in_memory = fd_in_memory(s->fd) && !env_is_off("QEMU_MIRROR_COPY");
+    s->in_memory = fd_in_memory(s->fd) && o->copy_offload;
     key = g_strdup_printf("%ju:%ju", (uintmax_t)st.st_dev,
                           (uintmax_t)st.st_ino);
     if (g_hash_table_contains(chain, key)) {
@@ -143,8 +201,10 @@ static bool qcow2_load_header(BDRVQcow2State *s, GError **errp)
            qcow2_header_check_layout(&s->header, s->file_size, errp);
 }
 
-/* Geometry, tables, metadata map, caches. */
-static bool qcow2_load_tables(BDRVQcow2State *s, GError **errp)
+/* Geometry, tables, metadata map, caches (of whole tables: a size below
+ * one table caches the least qcow2_cache_new() allows). */
+static bool qcow2_load_tables(BDRVQcow2State *s, const Qcow2OpenOptions *o,
+                              GError **errp)
 {
     Qcow2Header *h = &s->header;
     int64_t l1_sectors;
@@ -173,14 +233,11 @@ static bool qcow2_load_tables(BDRVQcow2State *s, GError **errp)
     }
     l1_sectors = DIV_ROUND_UP((int64_t)s->l1_size * 8, 512);
     s->l1_dirty = g_malloc0(DIV_ROUND_UP(l1_sectors, 8) + 1);
-    s->l2_cache = qcow2_cache_new(true, qcow2_debug_cache_tables(true,
-                                  (s->depth ? QCOW2_BACKING_L2_CACHE
-                                   : QCOW2_L2_CACHE_BYTES) /
-                                  s->cluster_size), s->cluster_size);
+    s->l2_cache = qcow2_cache_new(true, o->l2_cache_size / s->cluster_size,
+                                  s->cluster_size);
     if (s->writable) {
-        s->rb_cache = qcow2_cache_new(false, qcow2_debug_cache_tables(false,
-                                      QCOW2_RB_CACHE_BYTES /
-                                      s->cluster_size), s->cluster_size);
+        s->rb_cache = qcow2_cache_new(false, o->refcount_cache_size /
+                                      s->cluster_size, s->cluster_size);
     }
     s->fresh_start = QEMU_ALIGN_UP(s->file_size, s->cluster_size);
     return true;
@@ -223,7 +280,9 @@ static const char *qcow2_open_refusal(const Qcow2Header *h, bool repair)
 
 static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
                                              bool writable, bool repair,
-                                             int depth, GHashTable *chain,
+                                             int depth,
+                                             const Qcow2OpenOptions *o,
+                                             GHashTable *chain,
                                              GError **errp)
 {
     BDRVQcow2State *s = g_new0(BDRVQcow2State, 1);
@@ -240,7 +299,7 @@ static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
     s->pending_frees = g_array_new(FALSE, FALSE, sizeof(Qcow2PendingFree));
     s->guard_beyond = INT64_MAX;
 
-    if (!qcow2_open_file(s, chain, errp) || !qcow2_load_header(s, errp)) {
+    if (!qcow2_open_file(s, o, chain, errp) || !qcow2_load_header(s, errp)) {
         goto out_close;
     }
     refusal = writable ? qcow2_open_refusal(&s->header, repair) : NULL;
@@ -249,7 +308,7 @@ static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
                     "read-write access refused: %s", refusal);
         goto out_close;
     }
-    if (!qcow2_load_tables(s, errp)) {
+    if (!qcow2_load_tables(s, o, errp)) {
         goto out_close;
     }
     if (!repair && !qcow2_backing_open(s, chain, errp)) {
@@ -273,7 +332,9 @@ BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
                                  int depth, GHashTable *chain,
                                  GError **errp)
 {
-    return qcow2_state_open_mode(filename, writable, false, depth, chain,
+    Qcow2OpenOptions o = qcow2_default_options(depth);
+
+    return qcow2_state_open_mode(filename, writable, false, depth, &o, chain,
                                  errp);
 }
 
@@ -283,8 +344,10 @@ BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
     g_autoptr(GHashTable) chain = g_hash_table_new_full(g_str_hash,
                                                         g_str_equal,
                                                         g_free, NULL);
+    Qcow2OpenOptions o = qcow2_default_options(0);
 
-    return qcow2_state_open_mode(filename, writable, true, 0, chain, errp);
+    return qcow2_state_open_mode(filename, writable, true, 0, &o, chain,
+                                 errp);
 }
 
 void qcow2_state_close(BDRVQcow2State *s)
@@ -352,18 +415,30 @@ static bool qcow2_open(BlockDriverState *bs, const char *spec, int flags,
     g_autoptr(GHashTable) chain = g_hash_table_new_full(g_str_hash,
                                                         g_str_equal,
                                                         g_free, NULL);
+    Qcow2OpenOptions o = qcow2_default_options(0);
 
+    if (!qcow2_parse_options(options, spec, &o, errp)) {
+        return false;
+    }
     if (flags & BDRV_O_NOCACHE) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "Could not open '%s': cache=none is not supported for "
                     "qcow2 images", spec);
         return false;
     }
-    node->s = qcow2_state_open(spec, flags & BDRV_O_RDWR, 0, chain, errp);
+    node->s = qcow2_state_open_mode(spec, flags & BDRV_O_RDWR, false, 0, &o,
+                                    chain, errp);
     if (!node->s) {
         g_prefix_error(errp, "Could not open '%s': ", spec);
         return false;
     }
+    /* What the open options came to (the tests read it). */
+    g_debug("qcow2 '%s': L2 cache of %" PRId64 " tables, refcount cache of "
+            "%" PRId64 " tables, fused copies %s", spec,
+            qcow2_cache_max_entries(node->s->l2_cache),
+            node->s->rb_cache ? qcow2_cache_max_entries(node->s->rb_cache)
+                              : 0,
+            node->s->in_memory ? "on" : "off");
     return true;
 }
 

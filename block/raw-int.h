@@ -51,7 +51,7 @@ typedef struct BDRVRawState {
     bool serialise_writes;      /* buffered regular file: one writer */
     GMutex write_lock;          /* held by that writer */
     bool can_map;               /* views (raw-map.c) are safe */
-    bool map_forced;            /* QEMU_MIRROR_MAP=on: and never measured */
+    bool map_forced;            /* views=on: and never measured */
     bool can_copy;              /* fused copies (bdrv_aio_copy) apply */
     bool cpu_bound;             /* in memory: I/O is copying, no waiting */
     int reads_here;             /* made on the main loop, not completed */

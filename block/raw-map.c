@@ -21,8 +21,8 @@
  * tables (PVM) every first touch of a new mapping is an exit, and a view
  * of 1 MiB costs 360 us against 72 us for a read; on an EPT guest the view
  * won.  So the first node asked measures both, once per process, on a
- * memfd of its own (raw_views_pay()).  QEMU_MIRROR_MAP=on uses views
- * without measuring, =off never.
+ * memfd of its own (raw_views_pay()).  The node option views=on uses
+ * views without measuring, =off never (raw.c).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later

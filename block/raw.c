@@ -120,16 +120,25 @@ out_close_fd:
     return -1;
 }
 
-/* Consume the "cache" and "align" options. */
+/* The open options of a raw node (docs/mirror-tool.md, IMAGES). */
+typedef struct RawOpenOptions {
+    bool nocache;               /* cache=none */
+    uint32_t align;             /* align=N; 0: the device's */
+    OnOffAuto views;            /* views=: zero-copy reads from memory */
+    OnOffAuto copy_offload;     /* copy-offload=: fused copies */
+} RawOpenOptions;
+
+/* Take the options of RawOpenOptions out of @options into @o. */
 static bool raw_parse_options(GHashTable *options, const char *spec,
-                              bool *nocache, uint32_t *align, GError **errp)
+                              RawOpenOptions *o, GError **errp)
 {
     const char *v = g_hash_table_lookup(options, "cache");
+    g_autoptr(GError) err = NULL;
     int64_t n;
 
     if (v) {
         if (!strcmp(v, "none") || !strcmp(v, "writeback")) {
-            *nocache = !strcmp(v, "none");
+            o->nocache = !strcmp(v, "none");
         } else {
             g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                         "'%s': invalid cache mode '%s' (expected none or "
@@ -148,8 +157,15 @@ static bool raw_parse_options(GHashTable *options, const char *spec,
                         (gint64)RAW_MAX_ALIGN);
             return false;
         }
-        *align = n;
+        o->align = n;
         g_hash_table_remove(options, "align");
+    }
+    if (!take_on_off_auto(options, "views", &o->views, &err) ||
+        !take_on_off_auto(options, "copy-offload", &o->copy_offload,
+                          &err)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s", spec,
+                    err->message);
+        return false;
     }
     return true;
 }
@@ -217,16 +233,15 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
 {
     BDRVRawState *s = bs->opaque;
     int oflags = flags & BDRV_O_RDWR ? O_RDWR : O_RDONLY;
-    bool nocache = flags & BDRV_O_NOCACHE;
+    RawOpenOptions o = { .nocache = flags & BDRV_O_NOCACHE };
     bool in_memory;
-    uint32_t align = 0;
     struct stat st;
     int size;
 
     s->fd = -1;
     s->tail_fd = -1;
     g_mutex_init(&s->write_lock);
-    if (!raw_parse_options(options, spec, &nocache, &align, errp)) {
+    if (!raw_parse_options(options, spec, &o, errp)) {
         return false;
     }
     s->fd = raw_open_fd(spec, oflags, &st, errp);
@@ -240,33 +255,38 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
         s->block_size = size;
     }
     s->request_alignment = s->mem_alignment = 1;
-    if (nocache) {
+    if (o.nocache) {
         if (!raw_open_direct(s, spec, oflags, &st, errp)) {
             goto out_close;
         }
         s->request_alignment = s->dio_align;
     }
-    if (align) {
-        if (align < s->request_alignment) {
+    if (o.align) {
+        if (o.align < s->request_alignment) {
             g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                         "'%s': align=%" PRIu32 " is below the O_DIRECT "
-                        "alignment %" PRIu32, spec, align,
+                        "alignment %" PRIu32, spec, o.align,
                         s->request_alignment);
             goto out_close;
         }
-        s->request_alignment = align;
+        s->request_alignment = o.align;
     }
-    s->serialise_writes = !s->is_block && !nocache;
-    /* In memory: views and fused copies (QEMU_MIRROR_MAP=off and
-     * QEMU_MIRROR_COPY=off turn them off, to measure without; views are
-     * used where they pay, or always with QEMU_MIRROR_MAP=on). */
+    s->serialise_writes = !s->is_block && !o.nocache;
+    /* Views and fused copies only in memory, where no read can fail (a
+     * read error under a mapping is a SIGBUS); views=auto uses views where
+     * they pay, =on wherever they are safe, =off never; copy-offload=off
+     * turns fused copies off. */
     in_memory = fd_in_memory(s->fd);
-    s->can_map = in_memory && !env_is_off("QEMU_MIRROR_MAP");
-    s->map_forced = env_is_on("QEMU_MIRROR_MAP");
+    s->can_map = in_memory && o.views != ON_OFF_AUTO_OFF;
+    s->map_forced = o.views == ON_OFF_AUTO_ON;
     if (s->can_map && !s->map_forced) {
         raw_views_probe_early();        /* 2-3 ms, off the copy's start */
     }
-    s->can_copy = in_memory && !env_is_off("QEMU_MIRROR_COPY");
+    s->can_copy = in_memory && o.copy_offload != ON_OFF_AUTO_OFF;
+    /* What the open options came to (the tests read it). */
+    g_debug("raw '%s': views %s, fused copies %s", spec,
+            !s->can_map ? "off" : s->map_forced ? "on" : "where they pay",
+            s->can_copy ? "on" : "off");
     /* Its I/O never waits for a device: run it as CPU work, one worker
      * per CPU taking requests back to back, instead of a thread for each
      * request in flight (start, 2 GiB into nbdkit file: 0.671 against

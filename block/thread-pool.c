@@ -112,17 +112,6 @@ static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
     return G_SOURCE_CONTINUE;
 }
 
-static int thread_pool_threads_from_env(void)
-{
-    const char *s = g_getenv("QEMU_MIRROR_POOL_THREADS");
-    int64_t n;
-
-    if (s && parse_count(NULL, s, 1, 256, &n, NULL)) {
-        return n;
-    }
-    return THREAD_POOL_DEFAULT_THREADS;
-}
-
 static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
 {
     ThreadPool *pool = g_new0(ThreadPool, 1);
@@ -152,6 +141,7 @@ static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
 static GPrivate pool_key;
 static GMutex pool_lock;
 static GHashTable *pools; /* GMainContext * -> ThreadPool *, never freed */
+static int pool_threads = THREAD_POOL_DEFAULT_THREADS;  /* pool_lock */
 
 ThreadPool *thread_pool_get(void)
 {
@@ -168,7 +158,7 @@ ThreadPool *thread_pool_get(void)
     }
     pool = g_hash_table_lookup(pools, ctx);
     if (!pool) {
-        pool = thread_pool_new(ctx, thread_pool_threads_from_env());
+        pool = thread_pool_new(ctx, pool_threads);
         g_hash_table_insert(pools, ctx, pool);
     }
     g_mutex_unlock(&pool_lock);
@@ -210,9 +200,26 @@ void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
     }
 }
 
+void thread_pool_set_threads(int threads)
+{
+    GHashTableIter it;
+    gpointer pool;
+
+    g_assert(threads >= 1 && threads <= THREAD_POOL_MAX_THREADS);
+    g_mutex_lock(&pool_lock);
+    pool_threads = threads;
+    if (pools) {
+        g_hash_table_iter_init(&it, pools);
+        while (g_hash_table_iter_next(&it, NULL, &pool)) {
+            thread_pool_set_max_threads(pool, threads);
+        }
+    }
+    g_mutex_unlock(&pool_lock);
+}
+
 void thread_pool_set_max_threads(ThreadPool *pool, int max_threads)
 {
-    max_threads = CLAMP(max_threads, 1, 256);
+    max_threads = CLAMP(max_threads, 1, THREAD_POOL_MAX_THREADS);
     g_thread_pool_set_max_threads(pool->workers, max_threads, NULL);
     g_atomic_int_set(&pool->cpu_max,
                      CLAMP((int)g_get_num_processors(), 1, max_threads));

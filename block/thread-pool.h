@@ -20,15 +20,24 @@ typedef struct ThreadPool ThreadPool;
  * main-loop state. */
 typedef int ThreadPoolFunc(void *arg);
 
-/* Default number of worker threads of the shared pool. */
+/* Default number of worker threads of each pool, and the most a pool has. */
 #define THREAD_POOL_DEFAULT_THREADS 16
+#define THREAD_POOL_MAX_THREADS     256
 
 /*
  * The pool for the calling thread's thread-default main context, created on
- * first use with THREAD_POOL_DEFAULT_THREADS workers (or the value of the
- * environment variable QEMU_MIRROR_POOL_THREADS, 1..256).
+ * first use with the number of workers thread_pool_set_threads() set last
+ * (THREAD_POOL_DEFAULT_THREADS if it was never called).
  */
 ThreadPool *thread_pool_get(void);
+
+/*
+ * Give every pool, those that exist and those made later, @threads
+ * workers: 1..THREAD_POOL_MAX_THREADS (the caller checks the value it was
+ * given; anything else is a programming error).  For the program's
+ * configuration (mirror-tool --threads), before its I/O starts.
+ */
+void thread_pool_set_threads(int threads);
 
 /*
  * Run @func(@arg) on a worker; afterwards run @cb(@opaque, ret) on the main
@@ -48,7 +57,8 @@ void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
                             void *arg, BlockCompletionFunc *cb,
                             void *opaque);
 
-/* Change the number of worker threads (1..256). */
+/* Change the number of worker threads of @pool (clamped to
+ * 1..THREAD_POOL_MAX_THREADS). */
 void thread_pool_set_max_threads(ThreadPool *pool, int max_threads);
 
 #endif /* BLOCK_THREAD_POOL_H */

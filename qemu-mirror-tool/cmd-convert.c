@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,8 @@ typedef struct ConvertOptions {
     char *src_format;
     char *dst_format;
     char *create_opts;
+    char *src_opts;
+    char *dst_opts;
     char *src_cache;
     char *dst_cache;
     char *parallel;
@@ -50,6 +53,8 @@ static void convert_options_clear(ConvertOptions *o)
     g_free(o->src_format);
     g_free(o->dst_format);
     g_free(o->create_opts);
+    g_free(o->src_opts);
+    g_free(o->dst_opts);
     g_free(o->src_cache);
     g_free(o->dst_cache);
     g_free(o->parallel);
@@ -194,6 +199,49 @@ static bool convert_check_job(BlockDriverState *src, const MirrorParams *p)
     return false;
 }
 
+/*
+ * Check the node options @user of a target that is still to be created
+ * (as @fmt): the driver only reads them when it opens an image, and by
+ * then bdrv_create() has made or truncated the target.  So open a small
+ * image of that format made in memory (a memfd, no file anywhere) with
+ * them.  False with the message printed, naming @dst; true when they
+ * pass or there is nothing to check.
+ */
+static bool convert_check_target_opts(const char *fmt, const char *dst,
+                                      GHashTable *user)
+{
+    g_autofree char *path = NULL;
+    g_autofree char *msg = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs;
+    int fd;
+
+    if (!user || !g_hash_table_size(user)) {
+        return true;
+    }
+    fd = memfd_create("mirror-tool-options", MFD_CLOEXEC);
+    if (fd < 0) {
+        return true;        /* the open after the create checks them */
+    }
+    path = g_strdup_printf("/proc/self/fd/%d", fd);
+    if (bdrv_create(fmt, path, 64 * KiB, NULL, NULL)) {
+        bs = bdrv_open(path, fmt, BDRV_O_RDWR, user, &err);
+        if (bs) {
+            bdrv_unref(bs);
+        } else {
+            g_auto(GStrv) parts = g_strsplit(err->message, path, -1);
+
+            msg = g_strjoinv(dst, parts);
+        }
+    }
+    close(fd);
+    if (msg) {
+        tool_error("target: %s", msg);
+        return false;
+    }
+    return true;
+}
+
 /* A target this run created: removed again if it is not filled. */
 typedef struct ConvertCreated {
     bool created;
@@ -277,7 +325,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
             .created = true, .dev = st.st_dev, .ino = st.st_ino,
         };
     }
-    bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, NULL, &err);
+    bs = bdrv_open(dst, fmt, dst_flags | BDRV_O_RDWR, open_opts, &err);
     if (!bs) {
         /* A new file is removed by the caller; an existing one was
          * overwritten already. */
@@ -302,6 +350,10 @@ int cmd_convert(int argc, char **argv)
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) create_opts = NULL;
+    g_autoptr(GHashTable) src_user_opts = NULL;
+    g_autoptr(GHashTable) dst_user_opts = NULL;
+    g_autoptr(GHashTable) src_open_opts = NULL;
+    g_autoptr(GHashTable) dst_open_opts = NULL;
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
                                                            g_str_equal,
                                                            g_free, g_free);
@@ -319,6 +371,7 @@ int cmd_convert(int argc, char **argv)
           "target format (default: raw)", "FMT" },
         { "options", 'o', 0, G_OPTION_ARG_STRING, &o.create_opts,
           "target creation options, e.g. preallocation=falloc", "OPTS" },
+        TOOL_NODE_OPTS_ENTRIES(&o.src_opts, &o.dst_opts),
         { "no-create", 'n', 0, G_OPTION_ARG_NONE, &o.no_create,
           "write into an existing target (at least as large as the source)",
           NULL },
@@ -345,6 +398,7 @@ int cmd_convert(int argc, char **argv)
           "NBD connections per end when the server allows multi-conn, "
           "1..16 (default: CPUs up to 4)", "N" },
         TOOL_NBD_TIMEOUT_ENTRIES,
+        TOOL_THREADS_ENTRY,
         { "cache", 't', 0, G_OPTION_ARG_STRING, &o.dst_cache,
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,
@@ -364,7 +418,11 @@ int cmd_convert(int argc, char **argv)
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("convert", argc, 2, "a source and a target") ||
         !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts,
-                       nbd_opts)) {
+                       nbd_opts) ||
+        !tool_parse_open_options("--source-opts", o.src_opts,
+                                 &src_user_opts) ||
+        !tool_parse_open_options("--target-opts", o.dst_opts,
+                                 &dst_user_opts)) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -373,8 +431,10 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
+    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
+    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
     src = tool_open_image("source", argv[1], o.src_format, src_flags,
-                          tool_nbd_options(argv[1], nbd_opts));
+                          src_open_opts);
     if (!src) {
         ret = TOOL_EXIT_USAGE;
         goto out;
@@ -382,7 +442,10 @@ int cmd_convert(int argc, char **argv)
     /* The whole source chain is open: the target may be none of its
      * files, and every parameter passes before the target is touched. */
     if (!tool_check_target_chain(src, argv[2]) ||
-        !convert_check_job(src, &p)) {
+        !convert_check_job(src, &p) ||
+        (!o.no_create &&
+         !convert_check_target_opts(o.dst_format ? o.dst_format : "raw",
+                                    argv[2], dst_user_opts))) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -390,8 +453,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              tool_nbd_options(argv[2], nbd_opts), &created,
-                              &ret);
+                              dst_open_opts, &created, &ret);
     if (!dst) {
         /* A signal that cut a connect short: its exit code. */
         if (runner.signal) {

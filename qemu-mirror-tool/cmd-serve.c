@@ -73,6 +73,9 @@ int cmd_serve(int argc, char **argv)
 {
     g_autofree char *format = NULL;
     g_autofree char *export_name = NULL;
+    g_autofree char *open_opts = NULL;
+    g_autoptr(GHashTable) user_opts = NULL;
+    g_autoptr(GHashTable) opts = NULL;
     g_auto(ToolExportLimits) lim = { 0 };
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
@@ -84,6 +87,9 @@ int cmd_serve(int argc, char **argv)
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
           "image format (default: probe)", "FMT" },
+        { "open-opts", 0, 0, G_OPTION_ARG_STRING, &open_opts,
+          "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)",
+          "OPTS" },
         { "export-name", 'x', 0, G_OPTION_ARG_STRING, &export_name,
           "export name (default: \"\", the default export)", "NAME" },
         { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
@@ -104,6 +110,7 @@ int cmd_serve(int argc, char **argv)
           "bytes of request buffers and unsent replies over all clients, "
           "at least --shared x 33M, at most 1T (default: 1G, or --shared x "
           "33M if more)", "SIZE" },
+        TOOL_THREADS_ENTRY,
         { NULL },
     };
 
@@ -116,7 +123,8 @@ int cmd_serve(int argc, char **argv)
         "docs/security.md for the limits.");
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
-        !tool_expect_args("serve", argc, 2, "an address and an image")) {
+        !tool_expect_args("serve", argc, 2, "an address and an image") ||
+        !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return TOOL_EXIT_USAGE;
     }
     if (!tool_export_limits_apply(&lim, "--", NULL)) {
@@ -126,8 +134,9 @@ int cmd_serve(int argc, char **argv)
         tool_error("-f '%s': unknown image format", format);
         return TOOL_EXIT_USAGE;
     }
+    opts = tool_open_options(argv[2], NULL, user_opts);
     bs = tool_open_image(NULL, argv[2], format,
-                         read_only ? 0 : BDRV_O_RDWR, NULL);
+                         read_only ? 0 : BDRV_O_RDWR, opts);
     if (!bs) {
         return TOOL_EXIT_USAGE;
     }

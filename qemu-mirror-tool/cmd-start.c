@@ -27,6 +27,8 @@
 typedef struct StartOptions {
     char *src_format;
     char *dst_format;
+    char *src_opts;
+    char *dst_opts;
     char *sync;
     char *granularity;
     char *buf_size;
@@ -54,8 +56,9 @@ typedef struct StartOptions {
 static void start_options_clear(StartOptions *o)
 {
     char **strs[] = {
-        &o->src_format, &o->dst_format, &o->sync, &o->granularity,
-        &o->buf_size, &o->chunk_size, &o->max_in_flight, &o->speed,
+        &o->src_format, &o->dst_format, &o->src_opts, &o->dst_opts,
+        &o->sync, &o->granularity, &o->buf_size, &o->chunk_size,
+        &o->max_in_flight, &o->speed,
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
         &o->converge_after, &o->converge_passes, &o->stall_warning,
@@ -65,14 +68,6 @@ static void start_options_clear(StartOptions *o)
         g_clear_pointer(strs[i], g_free);
     }
 }
-
-static const char *const sync_names[] = { "full", "top", "none", NULL };
-static const char *const on_error_names[] = {
-    "report", "ignore", "stop", "enospc", NULL,
-};
-static const char *const copy_mode_names[] = {
-    "background", "write-blocking", NULL,
-};
 
 /*
  * stop and enospc pause the job on an error until block-job-resume: only
@@ -110,21 +105,22 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         return false;
     }
     if (o->sync) {
-        if (!tool_parse_choice("--sync", o->sync, sync_names, &choice)) {
+        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names,
+                               &choice)) {
             return false;
         }
         p->sync = choice;
     }
     if (o->on_source_error) {
         if (!tool_parse_choice("--on-source-error", o->on_source_error,
-                               on_error_names, &choice)) {
+                               qmp_on_error_names, &choice)) {
             return false;
         }
         p->on_source_error = choice;
     }
     if (o->on_target_error) {
         if (!tool_parse_choice("--on-target-error", o->on_target_error,
-                               on_error_names, &choice)) {
+                               qmp_on_error_names, &choice)) {
             return false;
         }
         p->on_target_error = choice;
@@ -141,7 +137,7 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
     }
     if (o->copy_mode) {
         if (!tool_parse_choice("--copy-mode", o->copy_mode,
-                               copy_mode_names, &choice)) {
+                               qmp_copy_mode_names, &choice)) {
             return false;
         }
         p->copy_mode = choice;
@@ -344,6 +340,10 @@ int cmd_start(int argc, char **argv)
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
                                                            g_str_equal,
                                                            g_free, g_free);
+    g_autoptr(GHashTable) src_user_opts = NULL;
+    g_autoptr(GHashTable) dst_user_opts = NULL;
+    g_autoptr(GHashTable) src_open_opts = NULL;
+    g_autoptr(GHashTable) dst_open_opts = NULL;
     g_autoptr(GError) err = NULL;
     QmpServer *qmp = NULL;
     BlockDriverState *top = NULL;
@@ -371,6 +371,7 @@ int cmd_start(int argc, char **argv)
           "source format (default: probe)", "FMT" },
         { "target-format", 'O', 0, G_OPTION_ARG_STRING, &o.dst_format,
           "target format (default: raw; never probed)", "FMT" },
+        TOOL_NODE_OPTS_ENTRIES(&o.src_opts, &o.dst_opts),
         { "sync", 0, 0, G_OPTION_ARG_STRING, &o.sync,
           "full (default), top or none", "MODE" },
         { "granularity", 0, 0, G_OPTION_ARG_STRING, &o.granularity,
@@ -407,6 +408,7 @@ int cmd_start(int argc, char **argv)
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,
           "NBD connections per NBD end, 1..16 (default: CPUs up to 4; 1 with --export)", "N" },
         TOOL_NBD_TIMEOUT_ENTRIES,
+        TOOL_THREADS_ENTRY,
         { "job-id", 0, 0, G_OPTION_ARG_STRING, &o.job_id,
           "the job's id and device name in QMP (default: mirror)", "ID" },
         { "qmp", 0, 0, G_OPTION_ARG_STRING, &o.qmp,
@@ -474,6 +476,10 @@ int cmd_start(int argc, char **argv)
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_expect_args("start", argc, 2, "a source and a target") ||
         !start_parse(&o, &p, &stall_warning, nbd_opts) ||
+        !tool_parse_open_options("--source-opts", o.src_opts,
+                                 &src_user_opts) ||
+        !tool_parse_open_options("--target-opts", o.dst_opts,
+                                 &dst_user_opts) ||
         !start_check_paths(&o, argv[1], argv[2])) {
         goto out;
     }
@@ -522,15 +528,15 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* Guests write to the source through the export. */
+    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
+    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
     src = tool_open_image("source", argv[1], o.src_format,
-                          o.export_addr ? BDRV_O_RDWR : 0,
-                          tool_nbd_options(argv[1], nbd_opts));
+                          o.export_addr ? BDRV_O_RDWR : 0, src_open_opts);
     if (!src || !tool_check_target_chain(src, argv[2])) {
         goto out;
     }
     dst = tool_open_image("target", argv[2], o.dst_format,
-                          BDRV_O_RDWR | BDRV_O_NO_PROBE,
-                          tool_nbd_options(argv[2], nbd_opts));
+                          BDRV_O_RDWR | BDRV_O_NO_PROBE, dst_open_opts);
     if (!dst) {
         goto out;
     }

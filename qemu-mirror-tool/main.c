@@ -4,6 +4,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include "config-host.h"
 #include "qemu-mirror-tool/tool.h"
 
 #include <locale.h>
@@ -90,6 +91,12 @@ int main(int argc, char **argv)
     }
     if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
         printf("mirror-tool %s\n", QEMU_MIRROR_VERSION);
+#ifdef CONFIG_TEST_HOOKS
+        /* What the tests look for (test-tool-options.sh): a build that
+         * can be told to kill itself is no release. */
+        printf("test hooks: built in (-Dtest-hooks=true), not for "
+               "production\n");
+#endif
         return TOOL_EXIT_OK;
     }
     for (size_t i = 0; i < G_N_ELEMENTS(tool_commands); i++) {

@@ -9,6 +9,31 @@
 
 #include <string.h>
 
+const char *const qmp_sync_mode_names[] = {
+    [MIRROR_SYNC_MODE_FULL] = "full",
+    [MIRROR_SYNC_MODE_TOP] = "top",
+    [MIRROR_SYNC_MODE_NONE] = "none",
+    NULL,
+};
+const char *const qmp_on_error_names[] = {
+    [BLOCKDEV_ON_ERROR_REPORT] = "report",
+    [BLOCKDEV_ON_ERROR_IGNORE] = "ignore",
+    [BLOCKDEV_ON_ERROR_STOP] = "stop",
+    [BLOCKDEV_ON_ERROR_ENOSPC] = "enospc",
+    NULL,
+};
+const char *const qmp_copy_mode_names[] = {
+    [MIRROR_COPY_MODE_BACKGROUND] = "background",
+    [MIRROR_COPY_MODE_WRITE_BLOCKING] = "write-blocking",
+    NULL,
+};
+const char *const qmp_error_action_names[] = {
+    [BLOCK_ERROR_ACTION_IGNORE] = "ignore",
+    [BLOCK_ERROR_ACTION_REPORT] = "report",
+    [BLOCK_ERROR_ACTION_STOP] = "stop",
+    NULL,
+};
+
 static bool qmp_job_is_mirror(Job *job)
 {
     return !strcmp(job->driver->job_type, "mirror");
@@ -93,11 +118,6 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
                              const char **name)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
-    static const char *const actions[] = {
-        [BLOCK_ERROR_ACTION_IGNORE] = "ignore",
-        [BLOCK_ERROR_ACTION_REPORT] = "report",
-        [BLOCK_ERROR_ACTION_STOP] = "stop",
-    };
 
     json_builder_begin_object(b);
     switch (ev->type) {
@@ -125,14 +145,15 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
         /* Ours: auto-converge switched the copy mode. */
         *name = "MIRROR_COPY_MODE_CHANGED";
         add_str(b, "device", job->id);
-        add_str(b, "copy-mode", "write-blocking");
+        add_str(b, "copy-mode",
+                qmp_copy_mode_names[MIRROR_COPY_MODE_WRITE_BLOCKING]);
         add_str(b, "reason", ev->reason ? ev->reason : "");
         break;
     case JOB_EVENT_ERROR:
         *name = "BLOCK_JOB_ERROR";
         add_str(b, "device", job->id);
         add_str(b, "operation", ev->is_read ? "read" : "write");
-        add_str(b, "action", actions[ev->action]);
+        add_str(b, "action", qmp_error_action_names[ev->action]);
         break;
     default:
         return NULL;
@@ -404,15 +425,20 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
         (has_passes && !mirror_check_converge_passes(passes, errp))) {
         return NULL;
     }
-    if (mode && !strcmp(mode, "background")) {
-        m = MIRROR_COPY_MODE_BACKGROUND;
-    } else if (mode && !strcmp(mode, "write-blocking")) {
-        m = MIRROR_COPY_MODE_WRITE_BLOCKING;
-    } else if (mode) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "Parameter 'copy-mode' does not accept value '%s'",
-                    mode);
-        return NULL;
+    if (mode) {
+        int i = 0;
+
+        while (qmp_copy_mode_names[i] &&
+               strcmp(mode, qmp_copy_mode_names[i])) {
+            i++;
+        }
+        if (!qmp_copy_mode_names[i]) {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                        "Parameter 'copy-mode' does not accept value '%s'",
+                        mode);
+            return NULL;
+        }
+        m = i;
     }
     if ((has_converge || has_after || has_passes) &&
         !job_apply_verb(job, JOB_VERB_CHANGE, errp)) {

@@ -10,7 +10,18 @@
 #define QMP_JOB_H
 
 #include "block/mirror/job.h"
+#include "block/mirror/mirror.h"
 #include "qemu-mirror-tool/qmp.h"
+
+/*
+ * The QAPI names of the job's enums, indexed by the enum and ended by
+ * NULL (for tool_parse_choice()): QMP and the command line spell them
+ * alike.
+ */
+extern const char *const qmp_sync_mode_names[];     /* MirrorSyncMode */
+extern const char *const qmp_on_error_names[];      /* BlockdevOnError */
+extern const char *const qmp_copy_mode_names[];     /* MirrorCopyMode */
+extern const char *const qmp_error_action_names[];  /* BlockErrorAction */
 
 /* What the commands act on. */
 typedef struct QmpJobHost {

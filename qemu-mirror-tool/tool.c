@@ -8,6 +8,7 @@
 #include "block/export/nbd-server.h"
 #include "block/mirror/mirror.h"
 #include "block/nbd.h"
+#include "block/thread-pool.h"
 #include "util/cutils.h"
 
 #include <errno.h>
@@ -73,17 +74,11 @@ GHashTable *tool_parse_kv_options(const char *what, const char *str)
     g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
                                                        g_str_equal,
                                                        g_free, g_free);
-    g_auto(GStrv) parts = g_strsplit(str, ",", -1);
+    g_autoptr(GError) err = NULL;
 
-    for (int i = 0; parts[i]; i++) {
-        char *eq = strchr(parts[i], '=');
-
-        if (!eq || eq == parts[i]) {
-            tool_error("%s '%s': expected key=value", what, parts[i]);
-            return NULL;
-        }
-        *eq = '\0';
-        g_hash_table_replace(opts, g_strdup(parts[i]), g_strdup(eq + 1));
+    if (!parse_key_values(what, str, opts, &err)) {
+        tool_error("%s", err->message);
+        return NULL;
     }
     return g_steal_pointer(&opts);
 }
@@ -125,11 +120,17 @@ BlockDriverState *tool_open_one_image(const char *command,
 {
     g_autofree char *format = NULL;
     g_autofree char *output = NULL;
+    g_autofree char *open_opts = NULL;
+    g_autoptr(GHashTable) user_opts = NULL;
+    g_autoptr(GHashTable) opts = NULL;
     g_autoptr(GOptionContext) ctx = NULL;
     BlockDriverState *bs;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
           "image format (default: probe)", "FMT" },
+        { "open-opts", 0, 0, G_OPTION_ARG_STRING, &open_opts,
+          "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)",
+          "OPTS" },
         { "output", 0, 0, G_OPTION_ARG_STRING, &output,
           "output format: human (default) or json", "FMT" },
         { NULL },
@@ -141,14 +142,16 @@ BlockDriverState *tool_open_one_image(const char *command,
     g_option_context_add_main_entries(ctx, entries, NULL);
     if (!tool_parse_options(ctx, &argc, &argv) ||
         !tool_parse_output_format(output, json) ||
-        !tool_expect_args(command, argc, 1, "one image")) {
+        !tool_expect_args(command, argc, 1, "one image") ||
+        !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return NULL;
     }
     if (format && !bdrv_find_format(format)) {
         tool_error("-f '%s': unknown image format", format);
         return NULL;
     }
-    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    opts = tool_open_options(argv[1], NULL, user_opts);
+    bs = tool_open_image(NULL, argv[1], format, 0, opts);
     if (bs) {
         *exit_code = TOOL_EXIT_OK;
     }
@@ -194,24 +197,58 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
     return TRUE;
 }
 
-GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts)
+gboolean tool_opt_threads(const gchar *name, const gchar *value,
+                          gpointer data, GError **errp)
 {
-    const char *drv = bdrv_spec_driver(spec);
+    int64_t v;
+
+    if (!parse_count(name, value, 1, THREAD_POOL_MAX_THREADS, &v, errp)) {
+        return FALSE;
+    }
+    thread_pool_set_threads(v);
+    return TRUE;
+}
+
+/* Copy every pair of @from into @to, replacing what @to had. */
+static void tool_merge_options(GHashTable *to, GHashTable *from)
+{
     GHashTableIter it;
     gpointer key, value;
 
-    if (!drv || strcmp(drv, "nbd")) {
-        return NULL;
+    if (!from) {
+        return;
     }
-    if (tool_nbd_timeouts) {
-        g_hash_table_iter_init(&it, tool_nbd_timeouts);
-        while (g_hash_table_iter_next(&it, &key, &value)) {
-            g_hash_table_replace(nbd_opts, g_strdup(key), g_strdup(value));
-        }
+    g_hash_table_iter_init(&it, from);
+    while (g_hash_table_iter_next(&it, &key, &value)) {
+        g_hash_table_replace(to, g_strdup(key), g_strdup(value));
     }
-    return nbd_opts;
 }
 
+GHashTable *tool_open_options(const char *spec, GHashTable *nbd_opts,
+                              GHashTable *user)
+{
+    const char *drv = bdrv_spec_driver(spec);
+    GHashTable *opts = g_hash_table_new_full(g_str_hash, g_str_equal,
+                                             g_free, g_free);
+
+    if (drv && !strcmp(drv, "nbd")) {
+        tool_merge_options(opts, nbd_opts);
+        tool_merge_options(opts, tool_nbd_timeouts);
+    }
+    tool_merge_options(opts, user);
+    return opts;
+}
+
+bool tool_parse_open_options(const char *opt, const char *str,
+                             GHashTable **options)
+{
+    *options = NULL;
+    if (!str) {
+        return true;
+    }
+    *options = tool_parse_kv_options(opt, str);
+    return *options != NULL;
+}
 bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                                const char *connections, MirrorParams *p,
                                GHashTable *nbd_opts, GError **errp)

@@ -73,9 +73,9 @@ BlockDriverState *tool_open_image(const char *role, const char *spec,
 
 /*
  * The command line of a command that reads one image (info, map):
- * [-f FMT] [--output=human|json] IMG.  Parses it, opens the image
- * read-only and returns it with *@json set; or prints why not and returns
- * NULL with *@exit_code set.
+ * [-f FMT] [--open-opts OPTS] [--output=human|json] IMG.  Parses it, opens
+ * the image read-only and returns it with *@json set; or prints why not
+ * and returns NULL with *@exit_code set.
  */
 BlockDriverState *tool_open_one_image(const char *command,
                                       const char *summary, int argc,
@@ -101,10 +101,31 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                                GHashTable *nbd_opts, GError **errp);
 
 /*
- * Open options for @spec: @nbd_opts for NBD URIs, with the timeouts of
- * TOOL_NBD_TIMEOUT_ENTRIES added, else NULL.
+ * The open options of the image @spec, a new table: for an NBD URI
+ * @nbd_opts (--connections) and the timeouts of TOOL_NBD_TIMEOUT_ENTRIES;
+ * then @user (NULL: none), the node options the user typed
+ * (--source-opts, --target-opts, --open-opts), which win.  The driver
+ * refuses what it does not know or accept when the image is opened.
  */
-GHashTable *tool_nbd_options(const char *spec, GHashTable *nbd_opts);
+GHashTable *tool_open_options(const char *spec, GHashTable *nbd_opts,
+                              GHashTable *user);
+
+/* --source-opts and --target-opts (convert, start), into the strings
+ * @src and @dst. */
+#define TOOL_NODE_OPTS_ENTRIES(src, dst) \
+    { "source-opts", 0, 0, G_OPTION_ARG_STRING, (src), \
+      "source node options, e.g. views=off (see docs: IMAGES)", "OPTS" }, \
+    { "target-opts", 0, 0, G_OPTION_ARG_STRING, (dst), \
+      "target node options, e.g. copy-offload=off (see docs: IMAGES)", \
+      "OPTS" }
+
+/*
+ * Parse the node options @str of option @opt ("--source-opts") into a new
+ * table; NULL (no options) when @str is NULL.  False with a message on a
+ * malformed pair.
+ */
+bool tool_parse_open_options(const char *opt, const char *str,
+                             GHashTable **options);
 
 /*
  * Refuse a @target that is one of the files the opened @src reads: the
@@ -139,6 +160,18 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
     { "io-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
       "an NBD connection with no reply for SECS is dead (default 600; " \
       "0: never)", "SECS" }
+
+/*
+ * GOptionArgFunc of --threads: check the value (1..THREAD_POOL_MAX_THREADS)
+ * and give the I/O thread pool that many workers.
+ */
+gboolean tool_opt_threads(const gchar *name, const gchar *value,
+                          gpointer data, GError **errp);
+
+/* --threads, of the commands that run I/O (convert, start, serve). */
+#define TOOL_THREADS_ENTRY \
+    { "threads", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_threads, \
+      "worker threads for file I/O, 1..256 (default 16)", "N" }
 
 /*
  * The NBD export's limits as typed: serve's --shared, --payload-timeout,

@@ -74,7 +74,7 @@ static size_t thp_size(void)
 BufPool *buf_pool_new(size_t size, int count, size_t align)
 {
     size_t page = sysconf(_SC_PAGESIZE);
-    size_t hpage = env_is_off("QEMU_MIRROR_THP") ? 0 : thp_size();
+    size_t hpage = thp_size();
     BufPool *pool = g_new0(BufPool, 1);
     size_t len, map_align;
     uint8_t *p;

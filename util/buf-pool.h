@@ -29,9 +29,10 @@ typedef struct BufPool BufPool;
 /*
  * A pool of @count buffers of @size bytes each, every one aligned to
  * @align (a power of two).  Reserves address space only; memory is
- * touched as buffers are used.  Huge pages are asked for
- * unless QEMU_MIRROR_THP=off.  Aborts when the address space is not there,
- * as g_malloc() does.
+ * touched as buffers are used.  Huge pages are asked for (MADV_HUGEPAGE)
+ * when the pool spans one and the kernel has them; the system's
+ * transparent_hugepage setting decides whether they are given.  Aborts
+ * when the address space is not there, as g_malloc() does.
  */
 BufPool *buf_pool_new(size_t size, int count, size_t align);
 

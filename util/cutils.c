@@ -344,16 +344,52 @@ bool fd_in_memory(int fd)
     return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
 }
 
-bool env_is_off(const char *name)
+bool parse_key_values(const char *what, const char *str, GHashTable *options,
+                      GError **errp)
 {
-    const char *v = g_getenv(name);
+    g_auto(GStrv) parts = NULL;
 
-    return v && !strcmp(v, "off");
+    if (!*str) {
+        return true;
+    }
+    parts = g_strsplit(str, ",", -1);
+    for (int i = 0; parts[i]; i++) {
+        char *eq = strchr(parts[i], '=');
+
+        if (!eq || eq == parts[i]) {
+            if (what) {
+                g_set_error(errp, CUTILS_ERROR, CUTILS_ERROR_INVALID,
+                            "%s '%s': expected key=value", what, parts[i]);
+            } else {
+                g_set_error(errp, CUTILS_ERROR, CUTILS_ERROR_INVALID,
+                            "Invalid option '%s': expected key=value",
+                            parts[i]);
+            }
+            return false;
+        }
+        *eq = '\0';
+        g_hash_table_replace(options, g_strdup(parts[i]), g_strdup(eq + 1));
+    }
+    return true;
 }
 
-bool env_is_on(const char *name)
+bool take_on_off_auto(GHashTable *options, const char *key,
+                      OnOffAuto *value, GError **errp)
 {
-    const char *v = g_getenv(name);
+    static const char *const names[] = { "auto", "on", "off" };
+    const char *v = g_hash_table_lookup(options, key);
 
-    return v && !strcmp(v, "on");
+    if (!v) {
+        return true;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
+        if (!strcmp(v, names[i])) {
+            *value = (OnOffAuto)i;
+            g_hash_table_remove(options, key);
+            return true;
+        }
+    }
+    g_set_error(errp, CUTILS_ERROR, CUTILS_ERROR_INVALID,
+                "%s '%s': expected auto, on or off", key, v);
+    return false;
 }

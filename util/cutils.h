@@ -105,12 +105,31 @@ bool buffer_is_zero(const void *buf, size_t len);
  */
 bool fd_in_memory(int fd);
 
-/* Is the environment variable @name set to "off" (a feature turned off by
- * hand, to measure without it)? */
-bool env_is_off(const char *name);
+/*
+ * Add the pairs of "key=value,key=value" @str to @options (string keys and
+ * values, g_free'd by the table); a later key replaces an earlier one.  An
+ * empty @str adds nothing.  A pair without '=' or with an empty key is
+ * refused (CUTILS_ERROR_INVALID): "WHAT 'pair': expected key=value", or
+ * "Invalid option 'pair': expected key=value" when @what is NULL; pairs
+ * before it may have been added.
+ */
+bool parse_key_values(const char *what, const char *str, GHashTable *options,
+                      GError **errp);
 
-/* Is the environment variable @name set to "on" (a feature forced on)? */
-bool env_is_on(const char *name);
+/* A switch that is on, off, or left to the program (QEMU's OnOffAuto). */
+typedef enum OnOffAuto {
+    ON_OFF_AUTO_AUTO,
+    ON_OFF_AUTO_ON,
+    ON_OFF_AUTO_OFF,
+} OnOffAuto;
+
+/*
+ * Take the option @key out of @options as auto, on or off into *@value
+ * (left alone when @key is absent).  A bad value is refused
+ * (CUTILS_ERROR_INVALID): "KEY 'VALUE': expected auto, on or off".
+ */
+bool take_on_off_auto(GHashTable *options, const char *key,
+                      OnOffAuto *value, GError **errp);
 
 /* Monotonic time in nanoseconds. */
 int64_t clock_ns(void);

@@ -2,7 +2,7 @@
  * cutils tests: table-driven size and count parsing (accepted values,
  * rejected values with their error codes, exact messages for a few),
  * size formatting, buffer_is_zero at every length/offset/position for
- * small buffers, and the clock.
+ * small buffers, the clock, key=value lists and auto/on/off switches.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -439,6 +439,79 @@ static void test_clock_ns(void)
     g_assert_cmpint(clock_ns(), >=, t1);
 }
 
+/* key=value lists: pairs added, a later key wins, malformed pairs named
+ * with or without the option's name. */
+static void test_parse_key_values(void)
+{
+    static const struct {
+        const char *what, *str, *error;
+    } bad[] = {
+        { "-o", "a", "-o 'a': expected key=value" },
+        { "-o", "a=1,", "-o '': expected key=value" },
+        { "-o", "=1", "-o '=1': expected key=value" },
+        { NULL, "a=1,,b=2", "Invalid option '': expected key=value" },
+    };
+    g_autoptr(GHashTable) t = g_hash_table_new_full(g_str_hash, g_str_equal,
+                                                    g_free, g_free);
+    GError *err = NULL;
+
+    g_assert_true(parse_key_values(NULL, "", t, &err));
+    g_assert_cmpuint(g_hash_table_size(t), ==, 0);
+    g_assert_true(parse_key_values("-o", "a=1,b=,c=x=y,a=2", t, &err));
+    g_assert_no_error(err);
+    g_assert_cmpuint(g_hash_table_size(t), ==, 3);
+    g_assert_cmpstr(g_hash_table_lookup(t, "a"), ==, "2");
+    g_assert_cmpstr(g_hash_table_lookup(t, "b"), ==, "");
+    g_assert_cmpstr(g_hash_table_lookup(t, "c"), ==, "x=y");
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_assert_false(parse_key_values(bad[i].what, bad[i].str, t, &err));
+        g_assert_error(err, CUTILS_ERROR, CUTILS_ERROR_INVALID);
+        g_assert_cmpstr(err->message, ==, bad[i].error);
+        g_clear_error(&err);
+    }
+}
+
+/* auto|on|off: taken out of the table when good, left alone when absent,
+ * refused (and left in) otherwise. */
+static void test_take_on_off_auto(void)
+{
+    static const struct {
+        const char *str;
+        OnOffAuto value;
+    } good[] = {
+        { "auto", ON_OFF_AUTO_AUTO }, { "on", ON_OFF_AUTO_ON },
+        { "off", ON_OFF_AUTO_OFF },
+    };
+    static const char *const bad[] = { "", "ON", "yes", "1", "of", "auto " };
+    g_autoptr(GHashTable) t = g_hash_table_new(g_str_hash, g_str_equal);
+    GError *err = NULL;
+    OnOffAuto v = ON_OFF_AUTO_ON;
+
+    g_assert_true(take_on_off_auto(t, "views", &v, &err));
+    g_assert_cmpint(v, ==, ON_OFF_AUTO_ON);
+    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
+        g_hash_table_insert(t, "views", (char *)good[i].str);
+        g_assert_true(take_on_off_auto(t, "views", &v, &err));
+        g_assert_no_error(err);
+        g_assert_cmpint(v, ==, good[i].value);
+        g_assert_false(g_hash_table_contains(t, "views"));
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_autofree char *want = g_strdup_printf("copy-offload '%s': "
+                                                "expected auto, on or off",
+                                                bad[i]);
+
+        g_hash_table_insert(t, "copy-offload", (char *)bad[i]);
+        v = ON_OFF_AUTO_ON;
+        g_assert_false(take_on_off_auto(t, "copy-offload", &v, &err));
+        g_assert_error(err, CUTILS_ERROR, CUTILS_ERROR_INVALID);
+        g_assert_cmpstr(err->message, ==, want);
+        g_assert_cmpint(v, ==, ON_OFF_AUTO_ON);
+        g_assert_true(g_hash_table_contains(t, "copy-offload"));
+        g_clear_error(&err);
+    }
+}
+
 static void test_error_quark(void)
 {
     g_assert_cmpuint(CUTILS_ERROR, !=, 0);
@@ -464,6 +537,8 @@ int main(int argc, char **argv)
     g_test_add_func("/cutils/buffer-is-zero/large",
                     test_buffer_is_zero_large);
     g_test_add_func("/cutils/clock-ns", test_clock_ns);
+    g_test_add_func("/cutils/parse-key-values", test_parse_key_values);
+    g_test_add_func("/cutils/take-on-off-auto", test_take_on_off_auto);
     g_test_add_func("/cutils/error-quark", test_error_quark);
 
     return g_test_run();

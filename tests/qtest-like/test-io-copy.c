@@ -132,6 +132,7 @@ static void test_can_copy(Fixture *f, gconstpointer data)
 {
     g_autofree char *a = NULL, *b = NULL, *q = NULL;
     BlockDriverState *src, *dst, *nocache, *qcow2;
+    g_autoptr(GHashTable) copy_off = NULL;
     g_autoptr(GError) err = NULL;
 
     if (fixture_missing(f)) {
@@ -149,6 +150,14 @@ static void test_can_copy(Fixture *f, gconstpointer data)
     g_assert_true(bdrv_can_copy(src, qcow2));
     g_assert_true(bdrv_can_copy(qcow2, dst));
     bdrv_unref(qcow2);
+    /* copy-offload=off on qcow2: a node that says no. */
+    copy_off = g_hash_table_new(g_str_hash, g_str_equal);
+    g_hash_table_insert(copy_off, "copy-offload", "off");
+    qcow2 = bdrv_open(q, "qcow2", BDRV_O_RDWR, copy_off, &err);
+    g_assert_no_error(err);
+    g_assert_false(bdrv_can_copy(src, qcow2));
+    g_assert_false(bdrv_can_copy(qcow2, dst));
+    bdrv_unref(qcow2);
 
     /* O_DIRECT is not page-cache work (tmpfs may refuse it: then skip). */
     nocache = bdrv_open(b, "raw", BDRV_O_RDWR | BDRV_O_NOCACHE, NULL,
@@ -159,9 +168,7 @@ static void test_can_copy(Fixture *f, gconstpointer data)
     }
     bdrv_unref(dst);
 
-    g_setenv("QEMU_MIRROR_COPY", "off", TRUE);
-    dst = open_raw(b, BDRV_O_RDWR, NULL);
-    g_unsetenv("QEMU_MIRROR_COPY");
+    dst = open_raw(b, BDRV_O_RDWR, copy_off);
     g_assert_false(bdrv_can_copy(src, dst));
     g_assert_false(bdrv_can_copy(dst, src));
     bdrv_unref(dst);
@@ -500,7 +507,6 @@ static void test_cpu_jobs_limited(void)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    g_unsetenv("QEMU_MIRROR_COPY");
 
 #define ADD(path, setup, fn) \
     g_test_add(path, Fixture, NULL, setup, fn, fixture_teardown)

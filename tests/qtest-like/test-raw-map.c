@@ -2,8 +2,11 @@
  * Raw driver views (bdrv_can_map / bdrv_aio_map / bdrv_unmap, raw-map.c):
  * only buffered regular files on tmpfs map; a view holds the same bytes as
  * a read, at any offset and length; ranges past the image or past a file
- * that shrank fail with -ENOTSUP; and the mirror job copying from views
- * (or falling back to reads) makes a byte-identical target.  Files live
+ * that shrank fail with -ENOTSUP; the open option views=auto|on|off decides
+ * (auto: the probe's answer; a bad value is refused); and the mirror job
+ * copying from views (or falling back to reads) makes a byte-identical
+ * target.  Every node states its views= option: nothing is inherited from
+ * an earlier case.  Files live
  * under /dev/shm (the tests skip without it), or in a g_dir_make_tmp()
  * directory for the "not tmpfs" case.
  *
@@ -24,6 +27,19 @@
 #include "block/raw-int.h"
 #include "tests/qtest-like/raw-fixture.h"
 #include "tests/qtest-like/test-util.h"
+#include "util/cutils.h"
+
+/* Open @path as raw with the node options @kv ("views=on,..."). */
+static BlockDriverState *open_raw_opts(const char *path, int flags,
+                                       const char *kv)
+{
+    g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
+                                                       g_str_equal,
+                                                       g_free, g_free);
+
+    g_assert_true(parse_key_values(NULL, kv, opts, NULL));
+    return open_raw(path, flags, opts);
+}
 
 /* Write @bytes of pattern @seed at @offset of @path (through a new fd). */
 static void write_pattern(const char *path, int64_t offset, int64_t bytes,
@@ -111,7 +127,7 @@ static void test_map_ranges(Fixture *f, gconstpointer data)
     path = make_file(f, "img", ODD_SIZE);
     write_pattern(path, 0, 700 * KIB, 3);   /* the rest is a hole */
     write_pattern(path, ODD_SIZE - 3000, 3000, 5);
-    bs = open_raw(path, 0, NULL);
+    bs = open_raw_opts(path, 0, "views=on");
     g_assert_true(bdrv_can_map(bs));
     g_assert_cmpint(bdrv_getlength(bs), ==, ODD_SIZE);
 
@@ -177,7 +193,7 @@ static void test_map_past_end(Fixture *f, gconstpointer data)
     }
     path = make_file(f, "img", ODD_SIZE);
     write_pattern(path, 0, ODD_SIZE, 9);
-    bs = open_raw(path, 0, NULL);
+    bs = open_raw_opts(path, 0, "views=on");
     g_assert_true(bdrv_can_map(bs));
 
     /* Past the image: refused before the driver, still asynchronously. */
@@ -221,28 +237,30 @@ static void expect_no_map(BlockDriverState *bs)
     g_assert_null(map.base);
 }
 
-static void test_map_off_env(Fixture *f, gconstpointer data)
+/* views=off: no views; =on: views, measured or not; anything else is
+ * refused, naming the value. */
+static void test_map_option(Fixture *f, gconstpointer data)
 {
     g_autofree char *path = NULL;
+    g_autoptr(GHashTable) bad = g_hash_table_new(g_str_hash, g_str_equal);
     BlockDriverState *bs;
 
     if (fixture_missing(f)) {
         return;
     }
     path = make_file(f, "img", 64 * KIB);
-    g_setenv("QEMU_MIRROR_MAP", "off", TRUE);
-    bs = open_raw(path, 0, NULL);
-    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
+    bs = open_raw_opts(path, 0, "views=off");
     expect_no_map(bs);
     bdrv_unref(bs);
-    /* Read at open: a node opened now maps. */
-    bs = open_raw(path, 0, NULL);
+    bs = open_raw_opts(path, 0, "views=on");
     g_assert_true(bdrv_can_map(bs));
     bdrv_unref(bs);
+    g_hash_table_insert(bad, "views", "yes");
+    open_fails(path, 0, bad, "views 'yes': expected auto, on or off");
 }
 
-/* Unset: views where the machine's probe says they pay, the same answer
- * for every node; a node without them reads. */
+/* auto (the default): views where the machine's probe says they pay, the
+ * same answer for every node; a node without them reads. */
 static void test_map_measured(Fixture *f, gconstpointer data)
 {
     g_autofree char *path = NULL;
@@ -253,18 +271,19 @@ static void test_map_measured(Fixture *f, gconstpointer data)
         return;
     }
     path = make_file(f, "img", 64 * KIB);
-    g_unsetenv("QEMU_MIRROR_MAP");
     pays = raw_views_pay();
     g_assert_cmpint(raw_views_pay(), ==, pays);
-    bs = open_raw(path, 0, NULL);
-    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
-    if (pays) {
-        g_assert_true(bdrv_can_map(bs));
-    } else {
-        expect_no_map(bs);
+    for (int i = 0; i < 2; i++) {
+        bs = i ? open_raw_opts(path, 0, "views=auto")
+               : open_raw(path, 0, NULL);
+        if (pays) {
+            g_assert_true(bdrv_can_map(bs));
+        } else {
+            expect_no_map(bs);
+        }
+        bdrv_unref(bs);
     }
     g_test_message("views pay on this machine: %s", pays ? "yes" : "no");
-    bdrv_unref(bs);
 }
 
 static void test_map_off_nocache(Fixture *f, gconstpointer data)
@@ -323,7 +342,8 @@ static char *make_source(Fixture *f)
     return path;
 }
 
-/* Mirror @src_path onto a new target of the same size (over garbage). */
+/* Mirror @src_path onto a new target of the same size (over garbage);
+ * the source has views when @expect_map. */
 static void run_mirror(Fixture *f, const char *src_path, int64_t trunc_to,
                        bool expect_map)
 {
@@ -337,12 +357,12 @@ static void run_mirror(Fixture *f, const char *src_path, int64_t trunc_to,
     Job *job;
 
     write_pattern(dst_path, 0, SRC_SIZE, 77);
-    /* Both ends are on tmpfs: without this, fused copies (test-io-copy.c)
-     * would take the place of views. */
-    g_setenv("QEMU_MIRROR_COPY", "off", TRUE);
-    src = open_raw(src_path, 0, NULL);
-    dst = open_raw(dst_path, BDRV_O_RDWR, NULL);
-    g_unsetenv("QEMU_MIRROR_COPY");
+    /* Both ends are on tmpfs: without copy-offload=off, fused copies
+     * (test-io-copy.c) would take the place of views. */
+    src = open_raw_opts(src_path, 0, expect_map
+                        ? "views=on,copy-offload=off"
+                        : "views=off,copy-offload=off");
+    dst = open_raw_opts(dst_path, BDRV_O_RDWR, "copy-offload=off");
     g_assert_false(bdrv_can_copy(src, dst));
     g_assert_cmpint(bdrv_can_map(src), ==, expect_map);
     if (trunc_to >= 0) {
@@ -397,9 +417,7 @@ static void test_mirror_views_off(Fixture *f, gconstpointer data)
         return;
     }
     src = make_source(f);
-    g_setenv("QEMU_MIRROR_MAP", "off", TRUE);
     run_mirror(f, src, -1, false);
-    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
 }
 
 /* The file shrinks after open: views past its end fall back to reads,
@@ -418,8 +436,6 @@ static void test_mirror_views_fallback(Fixture *f, gconstpointer data)
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
-    /* Views whether or not they pay on this machine: they are under test. */
-    g_setenv("QEMU_MIRROR_MAP", "on", TRUE);
 
 #define ADD(path, setup, fn) \
     g_test_add(path, Fixture, NULL, setup, fn, fixture_teardown)
@@ -427,7 +443,7 @@ int main(int argc, char **argv)
     ADD("/raw/map/ranges", fixture_setup_shm, test_map_ranges);
     ADD("/raw/map/past-end", fixture_setup_shm, test_map_past_end);
     ADD("/raw/map/measured", fixture_setup_shm, test_map_measured);
-    ADD("/raw/map/off/env", fixture_setup_shm, test_map_off_env);
+    ADD("/raw/map/option", fixture_setup_shm, test_map_option);
     ADD("/raw/map/off/nocache", fixture_setup_shm, test_map_off_nocache);
     ADD("/raw/map/off/not-tmpfs", fixture_setup, test_map_off_not_tmpfs);
     ADD("/raw/map/mirror/views", fixture_setup_shm, test_mirror_views);

@@ -149,8 +149,8 @@ fi
 
 # --- both ends on tmpfs: fused copies (block/io-copy.c) --------------------
 # One pool job reads and writes each operation; one with zero blocks goes
-# the ordinary way (they stay holes).  QEMU_MIRROR_COPY=off must give the
-# same files.
+# the ordinary way (they stay holes).  --target-opts copy-offload=off must
+# give the same files.
 if [ -n "$shm" ]; then
     make_sparse_image "$shm/f.img" $((6 * MiB + 4097)) 0:2M 3M-1:1M+2 \
         $((6 * MiB)):4097
@@ -159,7 +159,8 @@ if [ -n "$shm" ]; then
         # shellcheck disable=SC2086
         convert_same "$shm/f.img" "$shm/f-out.img" $opts
         # shellcheck disable=SC2086
-        QEMU_MIRROR_COPY=off convert_same "$shm/f.img" "$shm/f-off.img" $opts
+        convert_same "$shm/f.img" "$shm/f-off.img" $opts \
+            --target-opts copy-offload=off
         [ "$(allocated_bytes "$shm/f-out.img")" = \
           "$(allocated_bytes "$shm/f-off.img")" ] ||
             fail "convert $opts: fused copies allocate differently"
