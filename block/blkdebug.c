@@ -110,6 +110,8 @@ static bool blkdebug_get_info(BlockDriverState *bs, BlockImageInfo *info,
     bool ok = bdrv_get_info(s->child, info, errp);
 
     info->format = "blkdebug";
+    /* A filter: no chain of files of its own (as bdrv_chain_contains()). */
+    g_clear_pointer(&info->layers, g_ptr_array_unref);
     return ok;
 }
 

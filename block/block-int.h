@@ -135,6 +135,17 @@ struct BlockDriver {
     /* Optional.  Format details for `info`; may block. */
     bool (*get_info)(BlockDriverState *bs, BlockImageInfo *info,
                      GError **errp);
+    /*
+     * Optional.  bdrv_check()'s work, with its contract: check @bs for
+     * leaks and corruptions into rep->before (zeroed by the caller); with
+     * @fix other than BDRV_FIX_NONE and something to repair, repair the
+     * image file from opens of its own and check it again
+     * (rep->repaired, rep->after).  Returns false with @errp set when the
+     * check or the repair could not run.  Blocking; NULL = the format
+     * cannot be checked (bdrv_check() fails with -ENOTSUP).
+     */
+    bool (*check)(BlockDriverState *bs, BdrvCheckFix fix,
+                  BdrvCheckReport *rep, GError **errp);
 
     /*
      * Data path.  None of these may block the calling thread, and @cb must

@@ -607,7 +607,38 @@ void bdrv_image_info_clear(BlockImageInfo *info)
     if (info->specific) {
         g_ptr_array_unref(info->specific);
     }
+    if (info->layers) {
+        g_ptr_array_unref(info->layers);
+    }
     memset(info, 0, sizeof(*info));
+}
+
+void bdrv_check_result_clear(BdrvCheckResult *res)
+{
+    if (res->messages) {
+        g_ptr_array_unref(res->messages);
+    }
+    memset(res, 0, sizeof(*res));
+}
+
+void bdrv_check_report_clear(BdrvCheckReport *rep)
+{
+    bdrv_check_result_clear(&rep->before);
+    bdrv_check_result_clear(&rep->after);
+    memset(rep, 0, sizeof(*rep));
+}
+
+int bdrv_check(BlockDriverState *bs, BdrvCheckFix fix, BdrvCheckReport *rep,
+               GError **errp)
+{
+    memset(rep, 0, sizeof(*rep));
+    if (!bs->drv->check) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "this image format (%s) does not support checks",
+                    bs->drv->format_name);
+        return -ENOTSUP;
+    }
+    return bs->drv->check(bs, fix, rep, errp) ? 0 : -EIO;
 }
 
 /* Do @a and @b describe the same storage?  Block devices by device

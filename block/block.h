@@ -96,9 +96,71 @@ typedef struct BlockImageInfo {
     char *backing_format;        /* or NULL */
     bool dirty_flag;             /* the format says metadata may be stale */
     GPtrArray *specific;         /* "key: value" strings, or NULL */
+    /*
+     * The files of the images the node reads, named as it opened them:
+     * [0] the image itself, [n] its n-th backing file (map's file column,
+     * info's full-backing-filename).  NULL when the format keeps no chain
+     * of files (raw, NBD, null).
+     */
+    GPtrArray *layers;
 } BlockImageInfo;
 
 void bdrv_image_info_clear(BlockImageInfo *info);
+
+/* What one check of an image found, in qemu-img check's terms. */
+typedef struct BdrvCheckResult {
+    int64_t corruptions;        /* refcount below references, bad entries */
+    int64_t leaks;              /* clusters with refcount above references */
+    int64_t check_errors;       /* the check itself failed to read */
+    int64_t image_end_offset;   /* end of the last used cluster */
+    int64_t total_clusters;     /* guest clusters of the virtual size */
+    int64_t allocated_clusters; /* guest clusters with data */
+    int64_t fragmented_clusters;
+    int64_t compressed_clusters;
+    bool marked;                /* the header's dirty or corrupt bit is set */
+    GPtrArray *messages;        /* one line per problem, as qemu-img
+                                 * prints them on stderr */
+} BdrvCheckResult;
+
+void bdrv_check_result_clear(BdrvCheckResult *res);
+
+/* What a check may repair, as qemu-img check -r leaks|all. */
+typedef enum BdrvCheckFix {
+    BDRV_FIX_NONE,              /* check only: the image is not changed */
+    BDRV_FIX_LEAKS,             /* refcounts above the references */
+    BDRV_FIX_ALL,               /* also those below, and COPIED flags */
+} BdrvCheckFix;
+
+/* A check, and the repair and second check that may follow it. */
+typedef struct BdrvCheckReport {
+    BdrvCheckResult before;     /* the check (before any repair) */
+    bool repaired;              /* a repair ran: the members below count */
+    BdrvCheckResult after;      /* the check of the repaired image */
+    int64_t leaks_fixed;
+    int64_t corruptions_fixed;
+    bool rebuilt;               /* the refcount structure was made anew */
+    bool marked_consistent;     /* the corrupt or dirty bit was cleared */
+} BdrvCheckReport;
+
+void bdrv_check_report_clear(BdrvCheckReport *rep);
+
+/*
+ * Check @bs (opened read-only, nothing in flight) for leaks and
+ * corruptions as qemu-img check does, into rep->before.  With @fix other
+ * than BDRV_FIX_NONE and something to repair (leaks, corruptions, or the
+ * header's dirty or corrupt bit set), also repair what @fix allows and
+ * check the image again (rep->repaired, rep->after): the repair opens the
+ * image file itself, so nothing else may write it, and @bs is good for
+ * nothing but bdrv_unref() afterwards.  Blocking.  Clear @rep with
+ * bdrv_check_report_clear() whatever the result.
+ *
+ * Returns 0; -ENOTSUP with @errp set when the format has no check (@rep
+ * left empty); or another -errno with @errp set when the check or the
+ * repair could not run (rep->before then holds what a repair's own check
+ * found before it failed, or nothing).
+ */
+int bdrv_check(BlockDriverState *bs, BdrvCheckFix fix, BdrvCheckReport *rep,
+               GError **errp);
 
 /*
  * Open @spec as a node.  @spec is a filename, or a driver spec such as

@@ -36,7 +36,7 @@
 
 typedef struct Qcow2Check {
     BDRVQcow2State *s;
-    Qcow2CheckResult *res;
+    BdrvCheckResult *res;
     int64_t nb;                 /* host clusters in the file */
     uint32_t *refs;             /* references found */
     uint32_t *rc;               /* refcounts on disk */
@@ -360,15 +360,7 @@ static void qcow2_check_compare(Qcow2Check *c)
     }
 }
 
-void qcow2_check_result_clear(Qcow2CheckResult *res)
-{
-    if (res->messages) {
-        g_ptr_array_unref(res->messages);
-    }
-    memset(res, 0, sizeof(*res));
-}
-
-bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
+bool qcow2_check_state(BDRVQcow2State *s, BdrvCheckResult *res,
                        Qcow2Counts *counts, GError **errp)
 {
     Qcow2Check c = { .s = s, .res = res };
@@ -424,7 +416,7 @@ bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
     return true;
 }
 
-bool qcow2_check(BlockDriverState *bs, Qcow2CheckResult *res,
+bool qcow2_check(BlockDriverState *bs, BdrvCheckResult *res,
                  GError **errp)
 {
     return qcow2_check_state(((Qcow2Node *)bs->opaque)->s, res, NULL, errp);

@@ -598,8 +598,6 @@ void qcow2_extent_append(GArray *out, int64_t offset, int64_t length,
 
 /* ---- qcow2-check.c, qcow2-repair.c ---- */
 
-typedef struct Qcow2CheckResult Qcow2CheckResult;
-
 /* What a check counted, per host cluster of the file. */
 typedef struct Qcow2Counts {
     int64_t nb;                 /* host clusters */
@@ -611,7 +609,7 @@ typedef struct Qcow2Counts {
  * qcow2_check() on the layer @s; with @counts non-NULL, also hands over
  * the references and refcounts it counted.
  */
-bool qcow2_check_state(BDRVQcow2State *s, Qcow2CheckResult *res,
+bool qcow2_check_state(BDRVQcow2State *s, BdrvCheckResult *res,
                        Qcow2Counts *counts, GError **errp);
 
 /*

@@ -289,14 +289,7 @@ static int qcow2_repair_mark_consistent(BDRVQcow2State *s)
     return ret < 0 ? ret : 1;
 }
 
-void qcow2_repair_result_clear(Qcow2RepairResult *res)
-{
-    qcow2_check_result_clear(&res->before);
-    qcow2_check_result_clear(&res->after);
-    memset(res, 0, sizeof(*res));
-}
-
-bool qcow2_repair(const char *filename, Qcow2Fix fix, Qcow2RepairResult *res,
+bool qcow2_repair(const char *filename, BdrvCheckFix fix, BdrvCheckReport *res,
                   GError **errp)
 {
     BDRVQcow2State *s, *ro;
@@ -304,7 +297,9 @@ bool qcow2_repair(const char *filename, Qcow2Fix fix, Qcow2RepairResult *res,
     bool ok = false;
     int ret;
 
+    g_assert(fix != BDRV_FIX_NONE);
     memset(res, 0, sizeof(*res));
+    res->repaired = true;
     s = qcow2_state_open_repair(filename, true, errp);
     if (!s) {
         g_prefix_error(errp, "Could not open '%s' to repair it: ",
@@ -321,7 +316,7 @@ bool qcow2_repair(const char *filename, Qcow2Fix fix, Qcow2RepairResult *res,
         goto out;
     }
     if ((res->before.leaks || res->before.corruptions) &&
-        !qcow2_repair_counts(s, &k, fix == QCOW2_FIX_ALL, &res->rebuilt,
+        !qcow2_repair_counts(s, &k, fix == BDRV_FIX_ALL, &res->rebuilt,
                              errp)) {
         goto out;
     }
@@ -358,4 +353,28 @@ out:
     g_free(k.rc);
     qcow2_state_close(s);
     return ok;
+}
+
+bool qcow2_check_node(BlockDriverState *bs, BdrvCheckFix fix,
+                      BdrvCheckReport *rep, GError **errp)
+{
+    BdrvCheckResult *r = &rep->before;
+
+    if (!qcow2_check(bs, r, errp)) {
+        bdrv_check_result_clear(r);
+        return false;
+    }
+    if (fix == BDRV_FIX_NONE || !(r->leaks || r->corruptions || r->marked)) {
+        return true;
+    }
+    if (bdrv_is_writable(bs)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s' is open read-write: not repaired",
+                    bdrv_get_filename(bs));
+        return false;
+    }
+    /* The repair opens the image itself, read-write, and checks it
+     * again: this check only said whether there is work. */
+    bdrv_check_result_clear(r);
+    return qcow2_repair(bdrv_get_filename(bs), fix, rep, errp);
 }

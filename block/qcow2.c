@@ -507,6 +507,15 @@ static bool qcow2_get_info(BlockDriverState *bs, BlockImageInfo *info,
                                         "true" : "false"));
         g_ptr_array_add(info->specific, g_strdup("extended l2: false"));
     }
+    info->layers = g_ptr_array_new_with_free_func(g_free);
+    for (int d = 0;; d++) {
+        char *name = qcow2_layer_filename(bs, d);
+
+        if (!name) {
+            break;
+        }
+        g_ptr_array_add(info->layers, name);
+    }
     return true;
 }
 
@@ -623,6 +632,7 @@ const BlockDriver bdrv_qcow2 = {
     .get_length         = qcow2_get_length,
     .refresh_limits     = qcow2_refresh_limits,
     .get_info           = qcow2_get_info,
+    .check              = qcow2_check_node,
     .aio_submit         = qcow2_submit,
     .can_copy           = qcow2_can_copy,
     .pread_blocking     = qcow2_pread_blocking,

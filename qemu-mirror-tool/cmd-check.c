@@ -15,8 +15,8 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
-#include "block/qcow2.h"
 
+#include <errno.h>
 #include <json-glib/json-glib.h>
 #include <stdio.h>
 
@@ -26,7 +26,7 @@ enum {
     CHECK_EXIT_UNSUPPORTED = 63,
 };
 
-static void check_print_human(const Qcow2CheckResult *r)
+static void check_print_human(const BdrvCheckResult *r)
 {
     if (!r->corruptions && !r->leaks && !r->check_errors) {
         printf("No errors were found on the image.\n");
@@ -67,8 +67,8 @@ static void check_add_nonzero(JsonBuilder *b, const char *key, int64_t v)
 
 /* @rep: the repair, or NULL. */
 static void check_print_json(const char *filename,
-                             const Qcow2CheckResult *r,
-                             const Qcow2RepairResult *rep)
+                             const BdrvCheckResult *r,
+                             const BdrvCheckReport *rep)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
 
@@ -96,71 +96,58 @@ static void check_print_json(const char *filename,
     tool_print_json(json_builder_get_root(b), true);
 }
 
-static void check_print_messages(const Qcow2CheckResult *r)
+static void check_print_messages(const BdrvCheckResult *r)
 {
     for (guint i = 0; i < r->messages->len; i++) {
         fprintf(stderr, "%s\n", (char *)g_ptr_array_index(r->messages, i));
     }
 }
 
-static int check_exit_code(const Qcow2CheckResult *r)
+static int check_exit_code(const BdrvCheckResult *r)
 {
     return r->check_errors ? TOOL_EXIT_FAILURE
            : r->corruptions ? CHECK_EXIT_CORRUPT
            : r->leaks ? CHECK_EXIT_LEAKS : TOOL_EXIT_OK;
 }
 
-/* check -r: repair @filename (closed) and report like qemu-img. */
-static int check_repair(const char *filename, Qcow2Fix fix, bool json)
+/* check -r: report the repair of @filename like qemu-img. */
+static int check_report_repair(const char *filename,
+                               const BdrvCheckReport *rep, bool json)
 {
-    g_autoptr(GError) err = NULL;
-    Qcow2RepairResult rep;
-    int ret;
-
-    if (!qcow2_repair(filename, fix, &rep, &err)) {
-        if (rep.before.messages) {
-            check_print_messages(&rep.before);
-        }
-        tool_error("%s", err->message);
-        qcow2_repair_result_clear(&rep);
-        return TOOL_EXIT_FAILURE;
-    }
-    check_print_messages(&rep.before);
-    if (rep.rebuilt) {
+    check_print_messages(&rep->before);
+    if (rep->rebuilt) {
         fprintf(stderr, "Rebuilt the refcount structure\n");
     }
-    if (rep.marked_consistent) {
+    if (rep->marked_consistent) {
         fprintf(stderr, "Cleared the corrupt and dirty bits\n");
     }
-    if (!json && (rep.leaks_fixed || rep.corruptions_fixed)) {
+    if (!json && (rep->leaks_fixed || rep->corruptions_fixed)) {
         printf("The following inconsistencies were found and repaired:\n\n"
                "    %" G_GINT64_FORMAT " leaked clusters\n"
                "    %" G_GINT64_FORMAT " corruptions\n\n"
                "Double checking the fixed image now...\n",
-               rep.leaks_fixed, rep.corruptions_fixed);
+               rep->leaks_fixed, rep->corruptions_fixed);
     }
-    check_print_messages(&rep.after);
+    check_print_messages(&rep->after);
     if (json) {
-        check_print_json(filename, &rep.after, &rep);
+        check_print_json(filename, &rep->after, rep);
     } else {
-        check_print_human(&rep.after);
+        check_print_human(&rep->after);
     }
-    ret = check_exit_code(&rep.after);
-    qcow2_repair_result_clear(&rep);
-    return tool_finish_stdout(ret);
+    return check_exit_code(&rep->after);
 }
 
 int cmd_check(int argc, char **argv)
 {
     static const char *const fixes[] = { "leaks", "all", NULL };
+    static const BdrvCheckFix fix_modes[] = { BDRV_FIX_LEAKS, BDRV_FIX_ALL };
     g_autofree char *format = NULL;
     g_autofree char *output = NULL;
     g_autofree char *repair = NULL;
-    g_autofree char *filename = NULL;
     g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
-    Qcow2CheckResult r = { 0 };
+    BdrvCheckReport rep = { 0 };
     int fix = -1;
     bool json;
     int ret;
@@ -196,32 +183,32 @@ int cmd_check(int argc, char **argv)
     if (!bs) {
         return TOOL_EXIT_FAILURE;
     }
-    if (!qcow2_is_node(bs)) {
+    ret = bdrv_check(bs, fix < 0 ? BDRV_FIX_NONE : fix_modes[fix], &rep,
+                     &err);
+    if (ret == -ENOTSUP) {
         tool_error("'%s': this image format (%s) does not support checks",
                    argv[1], bdrv_get_format_name(bs));
         return CHECK_EXIT_UNSUPPORTED;
     }
-    if (!qcow2_check(bs, &r, &err)) {
+    if (ret < 0) {
+        if (rep.before.messages) {
+            check_print_messages(&rep.before);
+        }
         tool_error("%s", err->message);
-        qcow2_check_result_clear(&r);
+        bdrv_check_report_clear(&rep);
         return TOOL_EXIT_FAILURE;
     }
-    if (fix >= 0 && (r.leaks || r.corruptions || r.marked)) {
-        /* The repair opens the image itself, read-write, and checks it
-         * again: this check only said whether there is work. */
-        qcow2_check_result_clear(&r);
-        filename = g_strdup(bdrv_get_filename(bs));
-        g_clear_pointer(&bs, bdrv_unref);
-        return check_repair(filename, fix == 0 ? QCOW2_FIX_LEAKS
-                                               : QCOW2_FIX_ALL, json);
-    }
-    check_print_messages(&r);
-    if (json) {
-        check_print_json(bdrv_get_filename(bs), &r, NULL);
+    if (rep.repaired) {
+        ret = check_report_repair(bdrv_get_filename(bs), &rep, json);
     } else {
-        check_print_human(&r);
+        check_print_messages(&rep.before);
+        if (json) {
+            check_print_json(bdrv_get_filename(bs), &rep.before, NULL);
+        } else {
+            check_print_human(&rep.before);
+        }
+        ret = check_exit_code(&rep.before);
     }
-    ret = check_exit_code(&r);
-    qcow2_check_result_clear(&r);
+    bdrv_check_report_clear(&rep);
     return tool_finish_stdout(ret);
 }

@@ -5,7 +5,6 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
-#include "block/qcow2.h"
 #include "util/cutils.h"
 
 #include <json-glib/json-glib.h>
@@ -80,8 +79,7 @@ static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
     json_builder_end_object(b);
 }
 
-static void info_print_json(BlockDriverState *bs, const char *filename,
-                            BlockImageInfo *info)
+static void info_print_json(const char *filename, BlockImageInfo *info)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
 
@@ -108,13 +106,9 @@ static void info_print_json(BlockDriverState *bs, const char *filename,
         json_builder_set_member_name(b, "backing-filename-format");
         json_builder_add_string_value(b, info->backing_format);
     }
-    if (info->backing_file && qcow2_is_node(bs)) {
-        g_autofree char *full = qcow2_layer_filename(bs, 1);
-
-        if (full) {
-            json_builder_set_member_name(b, "full-backing-filename");
-            json_builder_add_string_value(b, full);
-        }
+    if (info->backing_file && info->layers && info->layers->len > 1) {
+        json_builder_set_member_name(b, "full-backing-filename");
+        json_builder_add_string_value(b, g_ptr_array_index(info->layers, 1));
     }
     if (info->specific && info->specific->len) {
         info_add_specific(b, info);
@@ -143,7 +137,7 @@ int cmd_info(int argc, char **argv)
         return TOOL_EXIT_FAILURE;
     }
     if (json) {
-        info_print_json(bs, bdrv_get_filename(bs), &info);
+        info_print_json(bdrv_get_filename(bs), &info);
     } else {
         info_print_human(bdrv_get_filename(bs), &info);
     }

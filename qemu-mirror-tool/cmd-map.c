@@ -8,7 +8,6 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/tool.h"
-#include "block/qcow2.h"
 #include "util/cutils.h"
 
 #include <json-glib/json-glib.h>
@@ -27,7 +26,26 @@ typedef struct MapState {
     BlockExtent cur;        /* pending merged extent (length 0: none) */
     bool first_json;
     bool human_header;
+    bool layers_read;
+    GPtrArray *layers;      /* BlockImageInfo.layers, or NULL */
 } MapState;
+
+/* The file of the image at backing @depth, from the node's get_info (read
+ * once), or NULL when the node names none. */
+static const char *map_layer(MapState *m, int depth)
+{
+    if (!m->layers_read) {
+        BlockImageInfo info;
+
+        m->layers_read = true;
+        if (bdrv_get_info(m->bs, &info, NULL)) {
+            m->layers = g_steal_pointer(&info.layers);
+        }
+        bdrv_image_info_clear(&info);
+    }
+    return m->layers && (guint)depth < m->layers->len
+           ? g_ptr_array_index(m->layers, depth) : NULL;
+}
 
 static bool map_same(const BlockExtent *a, const BlockExtent *b)
 {
@@ -68,9 +86,7 @@ static void map_print(MapState *m, const BlockExtent *e)
     if ((e->flags & BDRV_BLOCK_DATA) &&
         (e->flags & BDRV_BLOCK_OFFSET_VALID)) {
         /* Data of a backing file: name that file, as qemu-img does. */
-        g_autofree char *layer = e->depth && qcow2_is_node(m->bs)
-                                 ? qcow2_layer_filename(m->bs, e->depth)
-                                 : NULL;
+        const char *layer = e->depth ? map_layer(m, e->depth) : NULL;
 
         printf("%#-16" G_GINT64_MODIFIER "x%#-16" G_GINT64_MODIFIER
                "x%#-16" G_GINT64_MODIFIER "x%s\n", e->offset, e->length,
@@ -148,6 +164,9 @@ int cmd_map(int argc, char **argv)
     map_next(&m);
     tool_run_until(&m.done);
     g_array_unref(m.extents);
+    if (m.layers) {
+        g_ptr_array_unref(m.layers);
+    }
     if (m.ret < 0) {
         ret = tool_finish_stdout(TOOL_EXIT_FAILURE);
         tool_error("block status of '%s' failed at offset %" G_GINT64_FORMAT

@@ -132,11 +132,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
  * returns. */
 static void fuzz_check(BlockDriverState *bs)
 {
-    Qcow2CheckResult res;
+    BdrvCheckResult res;
     g_autoptr(GError) err = NULL;
 
     if (qcow2_check(bs, &res, &err)) {
-        qcow2_check_result_clear(&res);
+        bdrv_check_result_clear(&res);
     }
 }
 

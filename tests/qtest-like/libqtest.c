@@ -392,20 +392,24 @@ JsonObject *qtest_query_job(QTestState *q)
     return json_object_ref(json_array_get_object_element(list, 0));
 }
 
-JsonObject *qtest_wait_job_str(QTestState *q, const char *key,
-                               const char *value, int timeout_s)
+/* Poll query-block-jobs until @done(entry, @key, @want) holds. */
+static JsonObject *qtest_wait_job(QTestState *q, const char *key,
+                                  bool (*done)(JsonObject *, const char *,
+                                               const void *),
+                                  const void *want, const char *what,
+                                  int timeout_s)
 {
     gint64 deadline = g_get_monotonic_time() + timeout_s * G_USEC_PER_SEC;
 
     for (;;) {
         JsonObject *job = qtest_query_job(q);
 
-        if (job && !g_strcmp0(qtest_json_str(job, key), value)) {
+        if (job && done(job, key, want)) {
             return job;
         }
         if (g_get_monotonic_time() > deadline) {
-            qtest_die(q, "query-block-jobs: '%s' did not become '%s' "
-                      "within %d s (last: %s)", key, value, timeout_s,
+            qtest_die(q, "query-block-jobs: '%s' did not become %s "
+                      "within %d s (last: %s)", key, what, timeout_s,
                       job ? qtest_json_to_string(job) : "no job");
         }
         if (job) {
@@ -413,4 +417,33 @@ JsonObject *qtest_wait_job_str(QTestState *q, const char *key,
         }
         g_usleep(2000);
     }
+}
+
+static bool qtest_job_str_is(JsonObject *job, const char *key,
+                             const void *want)
+{
+    return !g_strcmp0(qtest_json_str(job, key), want);
+}
+
+static bool qtest_job_int_reaches(JsonObject *job, const char *key,
+                                  const void *want)
+{
+    return qtest_json_int(job, key) >= *(const int64_t *)want;
+}
+
+JsonObject *qtest_wait_job_str(QTestState *q, const char *key,
+                               const char *value, int timeout_s)
+{
+    g_autofree char *what = g_strdup_printf("'%s'", value);
+
+    return qtest_wait_job(q, key, qtest_job_str_is, value, what, timeout_s);
+}
+
+JsonObject *qtest_wait_job_int(QTestState *q, const char *key, int64_t min,
+                               int timeout_s)
+{
+    g_autofree char *what = g_strdup_printf(">= %" G_GINT64_FORMAT, min);
+
+    return qtest_wait_job(q, key, qtest_job_int_reaches, &min, what,
+                          timeout_s);
 }

@@ -175,6 +175,10 @@ JsonObject *qtest_query_job(QTestState *q);
 JsonObject *qtest_wait_job_str(QTestState *q, const char *key,
                                const char *value, int timeout_s);
 
+/* The same until member @key (an integer) is at least @min. */
+JsonObject *qtest_wait_job_int(QTestState *q, const char *key, int64_t min,
+                               int timeout_s);
+
 /*
  * ---- the process ----
  */

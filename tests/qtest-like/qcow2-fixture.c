@@ -138,7 +138,7 @@ void q_open_refused(const char *path, int flags, const char *msg)
 void q_assert_clean(BlockDriverState *bs)
 {
     g_autoptr(GError) err = NULL;
-    Qcow2CheckResult r;
+    BdrvCheckResult r;
 
     g_assert_true(qcow2_check(bs, &r, &err));
     for (guint i = 0; i < r.messages->len; i++) {
@@ -148,5 +148,5 @@ void q_assert_clean(BlockDriverState *bs)
     g_assert_cmpint(r.corruptions, ==, 0);
     g_assert_cmpint(r.leaks, ==, 0);
     g_assert_cmpint(r.check_errors, ==, 0);
-    qcow2_check_result_clear(&r);
+    bdrv_check_result_clear(&r);
 }

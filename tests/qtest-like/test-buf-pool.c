@@ -10,6 +10,7 @@
  */
 #include <glib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "util/buf-pool.h"
@@ -114,15 +115,61 @@ static void test_huge(void)
     buf_pool_free(pool);
 }
 
-/* A pool larger than memory reserves address space only. */
+/* Pages of [@p, @p + @len) resident in memory (mincore()). */
+static size_t resident_bytes(const uint8_t *p, size_t len)
+{
+    size_t page = sysconf(_SC_PAGESIZE);
+    size_t step = 64 * MIB, n = 0;
+    g_autofree unsigned char *vec = g_malloc(step / page);
+
+    g_assert_cmpuint((uintptr_t)p % page, ==, 0);
+    for (size_t off = 0; off < len; off += step) {
+        size_t chunk = MIN(step, len - off);
+
+        g_assert_cmpint(mincore((void *)(p + off), chunk, vec), ==, 0);
+        for (size_t i = 0; i < chunk / page; i++) {
+            n += (vec[i] & 1) * page;
+        }
+    }
+    return n;
+}
+
+/*
+ * A pool larger than memory reserves address space only: creating it
+ * touches nothing, a buffer that is handed out costs only the pages
+ * written (at most a huge page each), and the buffers never handed out
+ * stay untouched.
+ */
 static void test_reserve_only(void)
 {
-    BufPool *pool = buf_pool_new(64 * MIB, 1024, 4096);     /* 64 GiB */
+    const size_t size = 64 * MIB;
+    const int count = 1024;                                 /* 64 GiB */
+    BufPool *pool = buf_pool_new(size, count, 4096);
     uint8_t *b = buf_pool_get(pool);
+    uint8_t *c;
 
+    g_assert_nonnull(b);
+    g_assert_cmpuint(resident_bytes(b, size), ==, 0);
     b[0] = 1;
-    b[64 * MIB - 1] = 2;
+    b[size - 1] = 2;
+    /* The two pages written, whatever their size, and nothing between. */
+    g_assert_cmpuint(resident_bytes(b, size), >=,
+                     2 * (size_t)sysconf(_SC_PAGESIZE));
+    g_assert_cmpuint(resident_bytes(b, size), <=, 2 * 2 * MIB);
+    /* The other 1023 buffers (63 GiB): not a page. */
+    g_assert_cmpuint(resident_bytes(b + size, (count - 1) * size), ==, 0);
+    g_assert_cmpint(buf_pool_used_ever(pool), ==, 1);
     buf_pool_put(pool, b);
+
+    /* Handing the next one out still touches none of it. */
+    c = buf_pool_get(pool);
+    g_assert_true(c == b);
+    c = buf_pool_get(pool);
+    g_assert_true(c == b + size);
+    g_assert_cmpuint(resident_bytes(c, size), ==, 0);
+    buf_pool_put(pool, c);
+    buf_pool_put(pool, b);
+    g_assert_cmpint(buf_pool_in_use(pool), ==, 0);
     buf_pool_free(pool);
 }
 

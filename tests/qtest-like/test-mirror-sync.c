@@ -2,8 +2,9 @@
  * The mirror job's sync stage, in process: writes to the source (through
  * the block layer, as a guest's would arrive) dirty it, before and after
  * READY, and the job copies them; READY follows the flush that began
- * clean even if a guest wrote meanwhile (QEMU's rule); the speed limit holds in the bulk stage
- * and in the sync stage (measured over 2 s: within 10%); a soft cancel
+ * clean even if a guest wrote meanwhile (QEMU's rule); the speed limit holds
+ * in the bulk stage and in the sync stage, and set-speed changes it at run
+ * time (counted in requests, not measured in time); a soft cancel
  * after READY leaves a point-in-time copy; the final flush of a soft
  * cancel may fail and is retried (QEMU's mirror-ready-cancel-error, with
  * the write after READY that the QEMU test does).
@@ -12,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror.h"
+#include "block/null.h"
 #include "tests/qtest-like/test-util.h"
 #include "util/cutils.h"
 
@@ -112,12 +114,28 @@ static bool job_in_sync(Job *job)
     return st.in_sync;
 }
 
-/* Run the loop for @ms milliseconds. */
-static void run_for_ms(int ms)
+/*
+ * Run the loop until nothing is ready to run and @job (if any) has no
+ * operation in flight: what is left waits for a timer (the rate
+ * limiter's) or for nothing.  Deterministic: no wall time decides it.
+ */
+static void run_until_quiet(Job *job)
 {
-    gint64 until = g_get_monotonic_time() + ms * 1000;
+    gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
 
-    RUN_UNTIL(g_get_monotonic_time() >= until, ms / 1000 + 10);
+    for (;;) {
+        MirrorStats st = { 0 };
+
+        if (job) {
+            mirror_get_stats(job, &st);
+        }
+        if (st.in_flight == 0 && !g_main_context_pending(NULL)) {
+            return;
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        /* Block only while an operation is in flight: it wakes us. */
+        g_main_context_iteration(NULL, st.in_flight > 0);
+    }
 }
 
 static void assert_files_equal(const char *a, const char *b)
@@ -243,49 +261,70 @@ static void test_write_during_ready_flush(void)
     fixture_destroy(&f);
 }
 
-/* ---- the speed limit, measured ---- */
+/* ---- the speed limit, counted ---- */
 
 /*
- * The job's progress over 2 s, measured from a point after the first
- * slices, is @speed within 10%.  Never above; below only if the machine
- * starved the main loop (the limiter does not make up for time it was
- * not run, like QEMU's), so a low window is measured again, up to 3
- * windows.
+ * The speed limit in requests, not in time.  At 1 byte/s the quota of a
+ * 100 ms slice is one byte: the limiter lets the first copy of a slice go
+ * (a request that crosses the quota is admitted) and stretches the slice
+ * to 64 KiB / 1 B/s, about 18 hours.  So a job at 1 byte/s reads exactly
+ * one chunk and then waits, and the loop goes quiet with the job neither
+ * READY nor in sync; a job that ignored the limit, did not charge what it
+ * copies, or did not take a new speed at run time would read on.  The
+ * arithmetic of quota and delay for other speeds is test-ratelimit.c's,
+ * with a clock of its own.
  */
-static void measure_rate(Fixture *f, int64_t speed)
-{
-    run_for_ms(300);
-    for (int window = 0; window < 3; window++) {
-        int64_t p0 = f->job->progress_current;
-        gint64 t0 = g_get_monotonic_time();
-        double rate;
+#define SPEED_TINY 1
 
-        run_for_ms(2000);
-        rate = (f->job->progress_current - p0) * (double)G_USEC_PER_SEC /
-               (g_get_monotonic_time() - t0);
-        g_test_message("%.0f B/s for a limit of %" G_GINT64_FORMAT, rate,
-                       speed);
-        g_assert_cmpfloat(rate, <=, speed * 1.1);
-        if (rate >= speed * 0.9) {
-            return;
-        }
-    }
-    g_assert_not_reached();
+static uint64_t null_reads(BlockDriverState *bs)
+{
+    NullStats st;
+
+    null_get_stats(bs, &st);
+    g_assert_cmpuint(st.misaligned, ==, 0);
+    return st.requests[NULL_OP_READ];
+}
+
+static uint64_t null_written(BlockDriverState *bs)
+{
+    NullStats st;
+
+    null_get_stats(bs, &st);
+    return st.bytes[NULL_OP_WRITE];
 }
 
 static void test_speed_bulk(void)
 {
-    const int64_t speed = 4 * MiB;
-    MirrorParams p = params(64 * KiB, speed);
+    const int64_t chunk = 64 * KiB;
+    MirrorParams p = params(chunk, SPEED_TINY);
     g_autoptr(GError) err = NULL;
+    uint64_t reads;
     Fixture f = { 0 };
 
     fixture_init(&f, "null:size=64M", "null:size=64M", &p);
     job_start(f.job);
-    measure_rate(&f, speed);
+    /* The limit from the start: one chunk, then the job waits. */
+    run_until_quiet(f.job);
+    g_assert_cmpuint(null_reads(f.src), ==, 1);
+    g_assert_cmpuint(null_written(f.dst), ==, chunk);
+    g_assert_cmpint(f.job->progress_current, ==, chunk);
+    g_assert_cmpint(f.job->status, ==, JOB_STATUS_RUNNING);
+
+    /* Lifted at run time: the waiting job goes on at once. */
+    g_assert_true(job_set_speed(f.job, 0, &err));
+    RUN_UNTIL(f.job->progress_current >= 16 * MiB, 60);
+
+    /* Set again at run time: at most one more read, then it waits. */
+    reads = null_reads(f.src);
+    g_assert_true(job_set_speed(f.job, SPEED_TINY, &err));
+    run_until_quiet(f.job);
+    g_assert_cmpuint(null_reads(f.src), <=, reads + 1);
+    g_assert_cmpint(f.job->progress_current, <, 64 * MiB);
     g_assert_cmpint(f.ev.ready_count, ==, 0);
+
     g_assert_true(job_set_speed(f.job, 0, &err));
     RUN_UNTIL(f.ev.ready_count == 1, 60);
+    g_assert_cmpuint(null_written(f.dst), ==, 64 * MiB);
     g_assert_true(job_user_cancel(f.job, false, &err));
     RUN_UNTIL(f.ev.concluded, 60);
     g_assert_cmpint(f.ev.completed_count, ==, 1);
@@ -294,10 +333,11 @@ static void test_speed_bulk(void)
 
 static void test_speed_sync(void)
 {
-    const int64_t speed = 4 * MiB;
-    MirrorParams p = params(64 * KiB, 0);
+    const int64_t chunk = 64 * KiB;
+    MirrorParams p = params(chunk, 0);
     g_autoptr(GError) err = NULL;
     g_autofree uint8_t *buf = g_malloc0(32 * MiB);
+    uint64_t reads, written;
     Fixture f = { 0 };
 
     fixture_init(&f, "null:size=64M", "null:size=64M", &p);
@@ -305,13 +345,19 @@ static void test_speed_sync(void)
     RUN_UNTIL(f.ev.ready_count == 1 && job_in_sync(f.job), 60);
 
     /* Unlike QEMU, the limit still applies after READY. */
-    g_assert_true(job_set_speed(f.job, speed, &err));
+    g_assert_true(job_set_speed(f.job, SPEED_TINY, &err));
+    reads = null_reads(f.src);
+    written = null_written(f.dst);
     g_assert_cmpint(test_pwrite(f.src, 0, 32 * MiB, buf), ==, 0);
-    measure_rate(&f, speed);
+    run_until_quiet(f.job);
+    /* The guest's write, and one chunk of the job's copy of it. */
+    g_assert_cmpuint(null_reads(f.src), ==, reads + 1);
+    g_assert_cmpuint(null_written(f.dst), ==, written + chunk);
     g_assert_false(job_in_sync(f.job));
     g_assert_cmpint(f.job->status, ==, JOB_STATUS_READY);
     g_assert_true(job_set_speed(f.job, 0, &err));
     RUN_UNTIL(job_in_sync(f.job), 60);
+    g_assert_cmpuint(null_written(f.dst), ==, written + 32 * MiB);
     g_assert_true(job_complete(f.job, &err));
     RUN_UNTIL(f.ev.concluded, 60);
     g_assert_cmpint(f.job->ret, ==, 0);
@@ -347,7 +393,7 @@ static void test_soft_cancel_point_in_time(void)
     /* Written after it: the target keeps the old point in time. */
     g_assert_true(g_file_get_contents(f.dst_path, &copy, &len, NULL));
     guest_write(&f, 0, 64 * KiB, 32);
-    run_for_ms(50);
+    run_until_quiet(NULL);
     g_assert_true(g_file_get_contents(f.dst_path, &after, NULL, NULL));
     g_assert_true(memcmp(copy, after, len) == 0);
     fixture_destroy(&f);

@@ -557,7 +557,7 @@ static void test_check_budget(void)
     const int64_t snap_off = 6 * CS, snap_l1 = 7 * CS;
     const int nb_snap = CS / 40;
     g_autoptr(GError) err = NULL;
-    Qcow2CheckResult res;
+    BdrvCheckResult res;
     BlockDriverState *bs;
     bool stopped = false;
 
@@ -581,7 +581,7 @@ static void test_check_budget(void)
                           "check stopped") != NULL;
     }
     g_assert_true(stopped);
-    qcow2_check_result_clear(&res);
+    bdrv_check_result_clear(&res);
     bdrv_unref(bs);
     test_scratch_free(g_steal_pointer(&dir));
 }
