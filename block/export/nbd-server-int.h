@@ -155,8 +155,8 @@
  * only while less than NBDSRV_GATE_MAX bytes of them are there, the
  * connection served longest ago first; smaller ones go at once.  Without
  * it, 40 connections' 32 MiB reads queued in the block layer's thread
- * pool ahead of another connection's 4 KiB read (202 ms in
- * bench/attack.sh).
+ * pool ahead of another connection's 4 KiB read, which waited for all
+ * of them (bench/attack.sh measures it).
  */
 #define NBDSRV_GATE_MIN             (1 * MiB)
 #define NBDSRV_GATE_MAX             (64 * MiB)
