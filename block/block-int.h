@@ -171,9 +171,9 @@ struct BlockDriver {
      */
 
     /*
-     * Bytes of private state the driver hangs off each BdrvRequest it is
-     * handed (bdrv_req_priv()), zeroed before every aio_submit() call.
-     * 0 = none.
+     * Asynchronous shape.  Bytes of private state the driver hangs off
+     * each BdrvRequest it is handed (bdrv_req_priv()), zeroed before every
+     * aio_submit() call.  0 = none.
      */
     size_t request_size;
 
@@ -208,25 +208,28 @@ struct BlockDriver {
                   const void *buf, BdrvRequestFlags flags);
 
     /*
-     * Optional.  Make the range read as zero, efficiently, or return
-     * -ENOTSUP (and must with BDRV_REQ_NO_FALLBACK when it would be slow):
-     * io.c then writes zero buffers.  BDRV_REQ_MAY_UNMAP allows
+     * Optional, blocking shape.  Make the range read as zero, efficiently,
+     * or return -ENOTSUP (and must with BDRV_REQ_NO_FALLBACK when it would
+     * be slow): io.c then writes zero buffers.  BDRV_REQ_MAY_UNMAP allows
      * deallocating.  NULL behaves as always -ENOTSUP.
      */
     int (*pwrite_zeroes)(BlockDriverState *bs, int64_t offset,
                          int64_t bytes, BdrvRequestFlags flags);
 
-    /* Optional.  Deallocate the range (advisory).  NULL = no-op. */
+    /* Optional, blocking shape.  Deallocate the range (advisory).
+     * NULL = no-op. */
     int (*pdiscard)(BlockDriverState *bs, int64_t offset, int64_t bytes);
 
-    /* Optional.  Make completed writes durable.  NULL = nothing to do. */
+    /* Optional, blocking shape.  Make completed writes durable.
+     * NULL = nothing to do. */
     int (*flush)(BlockDriverState *bs);
 
     /*
-     * Optional.  Append to @extents (the adapter's own array: io.c copies
-     * it into the caller's on the main loop) at least one extent
-     * describing [@offset, ...); contiguous, starting at @offset, ending
-     * at or before @offset + @bytes.  NULL = all allocated data.
+     * Optional, blocking shape.  Append to @extents (the adapter's own
+     * array: io.c copies it into the caller's on the main loop) at least
+     * one extent describing [@offset, ...); contiguous, starting at
+     * @offset, ending at or before @offset + @bytes.  NULL = all
+     * allocated data.
      */
     int (*block_status)(BlockDriverState *bs, int64_t offset, int64_t bytes,
                         GArray *extents);

@@ -8,7 +8,7 @@
  * The ordinary way costs a read job, a trip through the main loop and a
  * write job, with a wakeup at each handoff; on a small machine those gaps
  * and the contention of many workers on one file's write lock left a
- * convert to a new file about 30% slower than a plain pread/pwrite loop
+ * convert to a new file well behind a plain pread/pwrite loop
  * (bench/README.md, "The copy floor").  Here the job is tracked as a read
  * request on the source and a write request on the target, so it waits
  * behind overlapping read-modify-writes and runs the target's write
