@@ -28,19 +28,6 @@ typedef struct BlkdebugState {
     FaultRule fault;
 } BlkdebugState;
 
-/* One request, held while its latency runs. */
-typedef struct BlkdebugReq {
-    BlockDriverState *bs;
-    BdrvOp op;
-    int64_t offset;
-    int64_t bytes;
-    void *buf;
-    BdrvRequestFlags flags;
-    GArray *extents;
-    BlockCompletionFunc *cb;
-    void *opaque;
-} BlkdebugReq;
-
 static bool blkdebug_recognize_spec(const char *spec)
 {
     return g_str_has_prefix(spec, "blkdebug:");
@@ -117,42 +104,29 @@ static bool blkdebug_get_info(BlockDriverState *bs, BlockImageInfo *info,
 
 static gboolean blkdebug_forward(gpointer opaque)
 {
-    BlkdebugReq *r = opaque;
-    BlkdebugState *s = r->bs->opaque;
-    BlockDriverState *child = s->child;
-    BlockCompletionFunc *cb = r->cb;
-    void *cb_opaque = r->opaque;
-    int ret = fault_rule_check(&s->fault, (FaultOp)r->op, r->offset,
-                               r->bytes);
+    BdrvRequest *req = opaque;
+    BlkdebugState *s = req->bs->opaque;
+    int ret = fault_rule_check(&s->fault, (FaultOp)req->op, req->offset,
+                               req->bytes);
 
     if (ret) {
-        bdrv_complete_later(cb, cb_opaque, ret);
-        g_free(r);
+        bdrv_req_complete_later(req, ret);
         return G_SOURCE_REMOVE;
     }
-    bdrv_aio_submit(child, r->op, r->offset, r->bytes, r->buf, r->flags,
-                    r->extents, cb, cb_opaque);
-    g_free(r);
+    bdrv_aio_submit(s->child, req->op, req->offset, req->bytes, req->buf,
+                    req->flags, req->extents, bdrv_req_complete_cb, req);
     return G_SOURCE_REMOVE;
 }
 
 /* Pass a request on after the latency (at once when there is none). */
-static void blkdebug_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
-                            int64_t bytes, void *buf, BdrvRequestFlags flags,
-                            GArray *extents, BlockCompletionFunc *cb,
-                            void *opaque)
+static void blkdebug_submit(BlockDriverState *bs, BdrvRequest *req)
 {
     BlkdebugState *s = bs->opaque;
-    BlkdebugReq *r = g_new(BlkdebugReq, 1);
 
-    *r = (BlkdebugReq) {
-        .bs = bs, .op = op, .offset = offset, .bytes = bytes, .buf = buf,
-        .flags = flags, .extents = extents, .cb = cb, .opaque = opaque,
-    };
     if (s->latency_ns) {
-        g_source_unref(bdrv_timer_new(s->latency_ns, blkdebug_forward, r));
+        g_source_unref(bdrv_timer_new(s->latency_ns, blkdebug_forward, req));
     } else {
-        blkdebug_forward(r);
+        blkdebug_forward(req);
     }
 }
 

@@ -15,6 +15,8 @@
 
 #include "block/block.h"
 
+typedef struct BdrvRequest BdrvRequest;
+
 /* Limits a driver publishes in refresh_limits(); io.c honours them. */
 typedef struct BlockLimits {
     /*
@@ -24,8 +26,8 @@ typedef struct BlockLimits {
      */
     uint32_t request_alignment;
 
-    /* Buffers handed to aio_preadv/aio_pwritev are aligned to this.
-     * Default 1. */
+    /* Buffers of reads and writes handed to the driver are aligned to
+     * this.  Default 1. */
     uint32_t min_mem_alignment;
 
     /* Largest read or write; a multiple of request_alignment.
@@ -69,8 +71,9 @@ struct BlockDriver {
     /* Size of the driver state, zero-allocated as bs->opaque. */
     size_t instance_size;
 
-    /* BDRV_REQ_* write flags beyond FUA that aio_pwritev understands
-     * (BDRV_REQ_WRITE_COMPRESSED); io.c fails the others with -ENOTSUP. */
+    /* BDRV_REQ_* write flags beyond FUA that the driver's writes
+     * understand (BDRV_REQ_WRITE_COMPRESSED); io.c fails the others with
+     * -ENOTSUP. */
     unsigned supported_write_flags;
 
     /*
@@ -148,98 +151,130 @@ struct BlockDriver {
                   BdrvCheckReport *rep, GError **errp);
 
     /*
-     * Data path.  None of these may block the calling thread, and @cb must
-     * run exactly once, later, on the main context that submitted the
-     * request (never before the call returns).  io.c guarantees for every
-     * call: 0 < @bytes; @offset and @bytes are multiples of
-     * bl.request_alignment, except that @offset + @bytes may equal the
-     * image length; [@offset, @offset + @bytes) lies inside the image;
-     * @bytes <= bl.max_transfer (reads, writes) or bl.max_pwrite_zeroes /
-     * bl.max_pdiscard; @buf is aligned to bl.min_mem_alignment.
+     * Data path, in one of two shapes (block.c refuses a table with both
+     * or neither):
+     *
+     * - asynchronous: aio_submit() alone;
+     * - blocking: pread() and pwrite() (and optionally the other blocking
+     *   members below), which io.c's adapter (block/io-blocking.c) runs on
+     *   the thread pool, like an nbdkit plugin's callbacks.
+     *
+     * For either, io.c guarantees for every request: 0 < bytes; offset
+     * and bytes are multiples of bl.request_alignment, except that offset
+     * + bytes may equal the image length; [offset, offset + bytes) lies
+     * inside the image; bytes <= bl.max_transfer (reads, writes; a
+     * compressed write arrives unsplit) or bl.max_pwrite_zeroes /
+     * bl.max_pdiscard; the buffer is aligned to bl.min_mem_alignment; an
+     * overlapping request is never in flight at the same time when one of
+     * the two is a read-modify-write.  Block status requests need not be
+     * aligned.
      */
 
-    /* Read into @buf; a short read is the driver's to finish or to fail. */
-    void (*aio_preadv)(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       void *buf, BdrvRequestFlags flags,
-                       BlockCompletionFunc *cb, void *opaque);
-
-    /* Write @buf; flags may contain BDRV_REQ_FUA. */
-    void (*aio_pwritev)(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                        const void *buf, BdrvRequestFlags flags,
-                        BlockCompletionFunc *cb, void *opaque);
-
     /*
-     * Optional.  Make the range read as zero.  May return -ENOTSUP through
-     * @cb, and must when BDRV_REQ_NO_FALLBACK is set and zeroing would be
-     * slow; io.c then falls back to writing zero buffers (unless the caller
-     * asked for NO_FALLBACK).  NULL behaves as always -ENOTSUP.
+     * Asynchronous shape.  Bytes of private state the driver hangs off
+     * each BdrvRequest it is handed (bdrv_req_priv()), zeroed before every
+     * aio_submit() call.  0 = none.
      */
-    void (*aio_pwrite_zeroes)(BlockDriverState *bs, int64_t offset,
-                              int64_t bytes, BdrvRequestFlags flags,
-                              BlockCompletionFunc *cb, void *opaque);
-
-    /* Optional.  Deallocate the range (advisory).  NULL = no-op. */
-    void (*aio_pdiscard)(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                         BlockCompletionFunc *cb, void *opaque);
-
-    /* Optional.  Make completed writes durable.  NULL = nothing to do. */
-    void (*aio_flush)(BlockDriverState *bs, BlockCompletionFunc *cb,
-                      void *opaque);
+    size_t request_size;
 
     /*
-     * Optional.  Append to @extents (GArray of BlockExtent) at least one
-     * extent describing [@offset, ...); extents must be contiguous, start
-     * at @offset and end at or before @offset + @bytes.  Here @offset and
-     * @bytes need not be aligned.  NULL = all allocated data.
+     * Asynchronous shape.  Start @req (its op, offset, bytes, buf, flags
+     * and extents: see BdrvRequest) without blocking the calling thread,
+     * and complete it with bdrv_req_complete() exactly once, later, on
+     * the main context that submitted it (never before this returns).
+     * Every op must be handled: ZERO may fail with -ENOTSUP (io.c then
+     * writes zero buffers unless BDRV_REQ_NO_FALLBACK), DISCARD may
+     * succeed doing nothing, FLUSH makes completed writes durable, STATUS
+     * appends at least one extent.  A filter passes @req on with
+     * bdrv_aio_submit(child, ..., bdrv_req_complete_cb, req).
      */
-    void (*aio_block_status)(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, GArray *extents,
-                             BlockCompletionFunc *cb, void *opaque);
+    void (*aio_submit)(BlockDriverState *bs, BdrvRequest *req);
 
     /*
-     * Instead of the six members above, for drivers that treat every
-     * request alike (filters, qcow2): one entry point, told the kind by
-     * @op, with the same contracts.  @buf is for READ and WRITE (never
-     * written to for WRITE), @extents for STATUS; for FLUSH @offset and
-     * @bytes are 0.  A driver with aio_submit handles every @op (it may
-     * fail ZERO with -ENOTSUP) and sets none of the six members.
+     * Blocking shape: run on a thread-pool worker (or, see run_here, on
+     * the main loop), concurrently with each other; they block, must not
+     * touch main-loop state, and return 0 or -errno.  Same guarantees as
+     * above.
+     *
+     * pread: fill @buf; whatever lies past the end of the storage reads
+     * as zero.  Required.
      */
-    void (*aio_submit)(BlockDriverState *bs, BdrvOp op, int64_t offset,
-                       int64_t bytes, void *buf, BdrvRequestFlags flags,
-                       GArray *extents, BlockCompletionFunc *cb,
-                       void *opaque);
+    int (*pread)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                 void *buf);
+
+    /* pwrite: write @buf; @flags may hold BDRV_REQ_FUA (durable on
+     * return) and those in supported_write_flags.  Required. */
+    int (*pwrite)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                  const void *buf, BdrvRequestFlags flags);
 
     /*
-     * Optional (all three or none).  Zero-copy reads: can_map() says
-     * whether the node can map at all (bdrv_can_map's promise: touching a
-     * view never blocks nor faults); aio_map() fills @map with a view of
-     * [@offset, @offset + @bytes), which io.c guarantees lies inside the
-     * image, with its pages loaded, or fails with -ENOTSUP; unmap()
-     * releases a view (never blocks).  Same completion rules as the data
-     * path above; no alignment applies.
+     * Optional, blocking shape.  Make the range read as zero, efficiently,
+     * or return -ENOTSUP (and must with BDRV_REQ_NO_FALLBACK when it would
+     * be slow): io.c then writes zero buffers.  BDRV_REQ_MAY_UNMAP allows
+     * deallocating.  NULL behaves as always -ENOTSUP.
      */
-    bool (*can_map)(BlockDriverState *bs);
-    void (*aio_map)(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                    BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
-    void (*unmap)(BlockDriverState *bs, BdrvMapping *map);
+    int (*pwrite_zeroes)(BlockDriverState *bs, int64_t offset,
+                         int64_t bytes, BdrvRequestFlags flags);
+
+    /* Optional, blocking shape.  Deallocate the range (advisory).
+     * NULL = no-op. */
+    int (*pdiscard)(BlockDriverState *bs, int64_t offset, int64_t bytes);
+
+    /* Optional, blocking shape.  Make completed writes durable.
+     * NULL = nothing to do. */
+    int (*flush)(BlockDriverState *bs);
 
     /*
-     * Optional (all three or none).  Fused copies (bdrv_aio_copy()):
-     * can_copy() says whether the node's reads and writes are CPU work on
-     * a pool worker (buffered files: page-cache copies), so that one pool
-     * job may read a range from one such node and write it to another.
-     * pread_blocking() and pwrite_blocking() are what the driver's own
-     * read and write jobs run: they block, run on a pool worker, and
-     * return 0 or -errno.  io.c guarantees what it does for aio_preadv()
-     * and aio_pwritev() (alignment, range, max_transfer, memory alignment)
-     * and tracks both requests; no flags but BDRV_REQ_FUA.
+     * Optional, blocking shape.  Append to @extents (the adapter's own
+     * array: io.c copies it into the caller's on the main loop) at least
+     * one extent describing [@offset, ...); contiguous, starting at
+     * @offset, ending at or before @offset + @bytes.  NULL = all
+     * allocated data.
+     */
+    int (*block_status)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        GArray *extents);
+
+    /*
+     * Optional, blocking shape.  Whether the node's I/O is CPU work, not
+     * waiting for a device (a file in memory): the adapter then runs its
+     * requests through thread_pool_submit_cpu(), one worker per CPU back
+     * to back, instead of a thread per request in flight.  NULL = no.
+     * Main loop; cheap.
+     */
+    bool (*cpu_bound)(BlockDriverState *bs);
+
+    /*
+     * Optional, blocking shape.  Whether @req (READ .. STATUS, never a
+     * view) should run on the main loop, now, instead of on a worker; the
+     * adapter completes it from an idle source.  For copies from memory
+     * that the main loop sends on anyway.  bs->run_here counts this node's
+     * requests run here whose completions have not run yet.  NULL = never.
+     */
+    bool (*run_here)(BlockDriverState *bs, const BdrvRequest *req);
+
+    /*
+     * Optional, blocking shape.  Whether the node takes part in fused
+     * copies (bdrv_aio_copy(): one CPU job of the pool reads one blocking
+     * node with pread() and writes another with pwrite()).  Worth it only
+     * where both are CPU work (page-cache copies), which is why the raw
+     * and qcow2 drivers say yes only for files in memory.  NULL = yes.
      */
     bool (*can_copy)(BlockDriverState *bs);
-    int (*pread_blocking)(BlockDriverState *bs, int64_t offset,
-                          int64_t bytes, void *buf);
-    int (*pwrite_blocking)(BlockDriverState *bs, int64_t offset,
-                           int64_t bytes, const void *buf,
-                           BdrvRequestFlags flags);
+
+    /*
+     * Optional (all three or none; blocking shape).  Zero-copy reads:
+     * can_map() says whether the node can map at all (bdrv_can_map's
+     * promise: touching a view never blocks nor faults); map() fills @map
+     * with a view of [@offset, @offset + @bytes), which io.c guarantees
+     * lies inside the image, with its pages loaded, or returns -ENOTSUP;
+     * it runs as the blocking members do (never on the main loop).
+     * unmap() releases a view (main loop, never blocks).  No alignment
+     * applies.
+     */
+    bool (*can_map)(BlockDriverState *bs);
+    int (*map)(BlockDriverState *bs, int64_t offset, int64_t bytes,
+               BdrvMapping *map);
+    void (*unmap)(BlockDriverState *bs, BdrvMapping *map);
 
     /*
      * Optional.  Abort requests in flight as fast as possible; each still
@@ -262,14 +297,123 @@ struct BlockDriverState {
     BlockLimits bl;
     int64_t max_io;          /* extra cap on data requests (0 = none) */
 
-    /* block/io.c bookkeeping */
+    /* block/io*.c bookkeeping */
     uint64_t in_flight;      /* requests submitted and not completed */
+    unsigned run_here;       /* blocking requests run on the main loop
+                              * whose completions have not run (run_here) */
     GQueue tracked;          /* BdrvRequest in flight, for serialisation */
     GQueue waiting;          /* BdrvRequest waiting on an overlap */
     void *zero_buffer;       /* aligned zeroes for the write fallback */
     GArray *write_notifiers; /* BdrvWriteNotifier, or NULL */
     int64_t zero_buffer_size;
 };
+
+/* What io.c is doing with a request (BdrvRequestIo.phase). */
+typedef enum BdrvReqPhase {
+    BDRV_PHASE_IO,          /* sending [pos, end) in fragments */
+    BDRV_PHASE_RMW_HEAD,    /* reading the partial head block */
+    BDRV_PHASE_RMW_TAIL,    /* reading the partial tail block */
+    BDRV_PHASE_ZERO_WRITE,  /* zero fallback: writing zero buffers */
+} BdrvReqPhase;
+
+/* block/io*.c's part of a request: drivers never touch it. */
+typedef struct BdrvRequestIo {
+    BdrvOp type;             /* the caller's request */
+    int64_t offset;          /* the caller's range, clamped to the image */
+    int64_t bytes;
+    uint8_t *buf;            /* the caller's buffer (READ, WRITE) */
+    BdrvRequestFlags flags;
+    BlockCompletionFunc *cb; /* the caller's completion */
+    void *opaque;
+    GArray *extents;         /* STATUS: the caller's array */
+    guint first_extent;      /* STATUS: its length at submission */
+
+    int64_t start;           /* the aligned range sent to the driver */
+    int64_t end;
+    uint8_t *bounce;         /* covers [start, end) when padding/bouncing */
+    bool serialising;        /* read-modify-write in progress */
+    bool tracked;            /* in bs->tracked */
+    GList link;              /* in bs->tracked or bs->waiting */
+    BdrvReqPhase phase;
+    int64_t pos;             /* next byte of [start, end) to send */
+    int64_t frag;            /* bytes of the fragment in flight */
+    int64_t child_pos;       /* unaligned write-zeroes: next child piece */
+    BdrvMapping *map;        /* a view (bdrv_aio_map), or NULL */
+    struct BdrvCopyJob *copy; /* one side of a bdrv_aio_copy(), or NULL */
+
+    BlockCompletionFunc *drv_done; /* io.c's step when the driver is done */
+    GArray *found;           /* blocking STATUS: the worker's extents */
+    bool here;               /* blocking: run on the main loop */
+} BdrvRequestIo;
+
+/*
+ * One request, the only request record of the block layer: io.c tracks
+ * the caller's request in it and hands it to the driver, one driver call
+ * at a time (a fragment, a read of a partial block, ...), with the fields
+ * below set for that call.  The driver reads them (never writes them),
+ * keeps its own per-request state in bdrv_req_priv(), and finishes the
+ * call with bdrv_req_complete(); after that it must not touch @req.
+ */
+struct BdrvRequest {
+    BlockDriverState *bs;
+    BdrvOp op;
+    int64_t offset;
+    int64_t bytes;           /* 0 for FLUSH */
+    void *buf;               /* READ: fill it; WRITE: read only; else NULL */
+    BdrvRequestFlags flags;  /* BDRV_REQ_* */
+    GArray *extents;         /* STATUS: append BlockExtent; else NULL */
+
+    BdrvRequestIo io;
+    /* drv->request_size bytes of driver state follow (bdrv_req_priv()) */
+};
+
+/* The driver's per-request state: drv->request_size bytes, zeroed before
+ * each aio_submit() call. */
+static inline void *bdrv_req_priv(BdrvRequest *req)
+{
+    return req + 1;
+}
+
+/*
+ * Finish the driver call @req was handed with @ret (0 or -errno).  Main
+ * loop, exactly once per call, never from inside aio_submit(); afterwards
+ * @req may already be reused for the next call or freed.
+ */
+void bdrv_req_complete(BdrvRequest *req, int ret);
+
+/* bdrv_req_complete() as a BlockCompletionFunc (@opaque: the request),
+ * for filters that pass a request on to their child. */
+void bdrv_req_complete_cb(void *opaque, int ret);
+
+/* bdrv_req_complete() from an idle source: for a driver call that
+ * finishes without waiting for anything. */
+void bdrv_req_complete_later(BdrvRequest *req, int ret);
+
+/*
+ * Hand one request straight to @bs's driver (its aio_submit, or the
+ * blocking adapter), without io.c's splitting, padding, tracking or
+ * checks: the caller guarantees the data-path preconditions above.  For
+ * tests of a driver's own contract.
+ */
+void bdrv_drv_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                     int64_t bytes, void *buf, BdrvRequestFlags flags,
+                     GArray *extents, BlockCompletionFunc *cb, void *opaque);
+
+/* Has @bs's driver the blocking shape (pread/pwrite, io-blocking.c)? */
+bool bdrv_is_blocking(BlockDriverState *bs);
+
+/*
+ * Is @drv's table consistent: exactly one data-path shape, the members
+ * each shape requires, the map trio all or none, members of the blocking
+ * shape only with it?  false with @errp naming the first fault.  block.c
+ * checks every registered driver (and that each has open()) before the
+ * first node is made, and each built-in filter's table when it gets a
+ * node, and stops the program with g_error() on a broken one.
+ */
+bool bdrv_driver_check(const BlockDriver *drv, GError **errp);
+
+/* The registry of block.c: @n driver tables (for tests that walk it). */
+const BlockDriver *const *bdrv_get_drivers(size_t *n);
 
 /* Driver tables, listed in block.c's registry. */
 extern const BlockDriver bdrv_raw;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -27,6 +28,98 @@ static const BlockDriver *const block_drivers[] = {
     &bdrv_nbd,
     &bdrv_qcow2,
 };
+
+const BlockDriver *const *bdrv_get_drivers(size_t *n)
+{
+    *n = G_N_ELEMENTS(block_drivers);
+    return block_drivers;
+}
+
+/* Fail @errp with "driver 'NAME': @fmt". */
+static bool G_GNUC_PRINTF(3, 4)
+bdrv_driver_fault(const BlockDriver *drv, GError **errp, const char *fmt,
+                  ...)
+{
+    g_autofree char *msg = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "driver '%s': %s",
+                drv->format_name ? drv->format_name : "(no name)", msg);
+    return false;
+}
+
+bool bdrv_driver_check(const BlockDriver *drv, GError **errp)
+{
+    bool async = drv->aio_submit;
+    bool blocking = drv->pread || drv->pwrite;
+    int maps = !!drv->can_map + !!drv->map + !!drv->unmap;
+
+    if (!drv->format_name || !drv->close || !drv->get_length) {
+        return bdrv_driver_fault(drv, errp, "format_name, close and "
+                                 "get_length are required");
+    }
+    if (async == blocking) {
+        return bdrv_driver_fault(drv, errp, "needs exactly one data-path "
+                                 "shape: aio_submit, or pread and pwrite");
+    }
+    if (blocking && (!drv->pread || !drv->pwrite)) {
+        return bdrv_driver_fault(drv, errp, "the blocking shape needs both "
+                                 "pread and pwrite");
+    }
+    if (async && (drv->pwrite_zeroes || drv->pdiscard || drv->flush ||
+                  drv->block_status || drv->cpu_bound || drv->run_here ||
+                  drv->can_copy || drv->map)) {
+        return bdrv_driver_fault(drv, errp, "aio_submit with members of "
+                                 "the blocking shape");
+    }
+    if (blocking && drv->request_size) {
+        return bdrv_driver_fault(drv, errp, "request_size is for "
+                                 "aio_submit only");
+    }
+    if (maps != 0 && maps != 3) {
+        return bdrv_driver_fault(drv, errp, "can_map, map and unmap go "
+                                 "together");
+    }
+    if (drv->supported_write_flags & ~BDRV_REQ_WRITE_COMPRESSED) {
+        return bdrv_driver_fault(drv, errp, "supported_write_flags 0x%x "
+                                 "beyond BDRV_REQ_WRITE_COMPRESSED",
+                                 drv->supported_write_flags);
+    }
+    if (drv->create_opts && !drv->create) {
+        return bdrv_driver_fault(drv, errp, "create_opts without create");
+    }
+    return true;
+}
+
+/*
+ * Check the tables of every registered driver (they need open(), which
+ * built-in filters do without) once, and @drv, about to get a node:
+ * a broken table is a programming error, caught at the first open.
+ */
+static void bdrv_driver_assert(const BlockDriver *drv)
+{
+    static gsize registry_checked;
+    g_autoptr(GError) err = NULL;
+
+    if (g_once_init_enter(&registry_checked)) {
+        for (size_t i = 0; i < G_N_ELEMENTS(block_drivers); i++) {
+            if (!bdrv_driver_check(block_drivers[i], &err)) {
+                g_error("%s", err->message);
+            }
+            if (!block_drivers[i]->open) {
+                g_error("driver '%s': open is required",
+                        block_drivers[i]->format_name);
+            }
+        }
+        g_once_init_leave(&registry_checked, 1);
+    }
+    if (!bdrv_driver_check(drv, &err)) {
+        g_error("%s", err->message);
+    }
+}
 
 static const BlockDriver *bdrv_find_driver(const char *format)
 {
@@ -252,8 +345,10 @@ out_free:
 static BlockDriverState *bdrv_alloc(const BlockDriver *drv, const char *name,
                                     int flags)
 {
-    BlockDriverState *bs = g_new0(BlockDriverState, 1);
+    BlockDriverState *bs;
 
+    bdrv_driver_assert(drv);
+    bs = g_new0(BlockDriverState, 1);
     bs->drv = drv;
     bs->opaque = g_malloc0(drv->instance_size);
     bs->filename = g_strdup(name);

@@ -1,6 +1,8 @@
 /*
- * block/io.c internals shared with block/io-ops.c: the request object and
- * the steps of its life.  Nothing outside the request path uses this.
+ * Internals shared by the files of the request path: block/io.c (the
+ * request path itself), block/io-blocking.c (the adapter that runs
+ * blocking drivers on the thread pool), block/io-map.c (views) and
+ * block/io-copy.c (fused copies).  Nothing outside them uses this.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -14,55 +16,8 @@
 #define BDRV_DEFAULT_MAX_TRANSFER  (1 * GiB)
 #define BDRV_ZERO_BUFFER_SIZE      (1 * MiB)
 
-/* What a write request is doing right now. */
-typedef enum BdrvReqPhase {
-    BDRV_PHASE_IO,          /* sending [pos, end) in fragments */
-    BDRV_PHASE_RMW_HEAD,    /* reading the partial head block */
-    BDRV_PHASE_RMW_TAIL,    /* reading the partial tail block */
-    BDRV_PHASE_ZERO_WRITE,  /* zero fallback: writing zero buffers */
-} BdrvReqPhase;
-
-typedef struct BdrvRequest BdrvRequest;
-struct BdrvRequest {
-    BlockDriverState *bs;
-    BdrvOp type;
-    int64_t offset;          /* the caller's range, clamped to the image */
-    int64_t bytes;
-    uint8_t *buf;            /* the caller's buffer (READ, WRITE) */
-    BdrvRequestFlags flags;
-    BlockCompletionFunc *cb;
-    void *opaque;
-    GArray *extents;         /* STATUS */
-
-    int64_t start;           /* the aligned range sent to the driver */
-    int64_t end;
-    uint8_t *bounce;         /* covers [start, end) when padding/bouncing */
-    bool serialising;        /* read-modify-write in progress */
-    bool tracked;            /* in bs->tracked */
-    GList link;              /* in bs->tracked or bs->waiting */
-
-    BdrvReqPhase phase;
-    int64_t pos;             /* next byte of [start, end) to send */
-    int64_t frag;            /* bytes of the fragment in flight */
-
-    /* An unaligned write-zeroes runs as up to three child requests. */
-    int64_t child_pos;
-
-    guint first_extent;      /* STATUS: index of the first new extent */
-
-    BdrvMapping *map;        /* READ as a view (bdrv_aio_map), or NULL */
-    struct BdrvCopyJob *copy; /* one side of a bdrv_aio_copy(), or NULL */
-};
-
 /* Largest read or write fragment for @bs. */
 int64_t bdrv_max_rw(BlockDriverState *bs);
-
-/* Run @req, one side of a fused copy, once it is tracked (io-copy.c). */
-void bdrv_copy_run(BdrvRequest *req);
-
-/* Largest write-zeroes / discard fragment for @bs. */
-int64_t bdrv_max_zero(BlockDriverState *bs);
-int64_t bdrv_max_discard(BlockDriverState *bs);
 
 /* A new request, counted in flight on @bs. */
 BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvOp type,
@@ -86,17 +41,22 @@ void bdrv_req_submit(BdrvRequest *req);
 bool bdrv_req_check_write(BdrvRequest *req);
 
 /*
- * Hand one request to @bs's driver: to its aio_submit when it has one,
- * else to the member for @op.  Arguments as for aio_submit.
+ * Hand @req to its node's driver for one call: @op on [@offset, @offset +
+ * @bytes) with @buf, @flags, @extents; @done(@req, ret) runs when the
+ * driver completes it.  Goes to aio_submit, or to the blocking adapter.
  */
-void bdrv_drv_call(BlockDriverState *bs, BdrvOp op, int64_t offset,
+void bdrv_drv_call(BdrvRequest *req, BdrvOp op, int64_t offset,
                    int64_t bytes, void *buf, BdrvRequestFlags flags,
-                   GArray *extents, BlockCompletionFunc *cb, void *opaque);
+                   GArray *extents, BlockCompletionFunc *done);
 
-/* Does @bs's driver handle @op itself (else io.c's fallback applies)? */
-bool bdrv_drv_has(BlockDriverState *bs, BdrvOp op);
+/* io-blocking.c: run the driver call set up in @req (a blocking driver),
+ * or the view of req->io.map, on the pool or here. */
+void bdrv_blocking_submit(BdrvRequest *req);
 
-/* Aligned zeroes for the write fallback (allocated once per node). */
-void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size);
+/* io-map.c: run @req, a view, once it is tracked. */
+void bdrv_map_run(BdrvRequest *req);
+
+/* io-copy.c: run @req, one side of a fused copy, once it is tracked. */
+void bdrv_copy_run(BdrvRequest *req);
 
 #endif /* BLOCK_IO_INT_H */

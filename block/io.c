@@ -1,7 +1,10 @@
 /*
  * The request path: every read, write, zero, discard, flush and block
  * status goes through here, and only here are requests split, aligned,
- * bounced, clamped at the end of the image and counted.
+ * bounced, clamped at the end of the image and counted; bdrv_drv_call()
+ * hands each piece to the driver (aio_submit, or io-blocking.c's adapter
+ * for blocking drivers), and the driver gives it back through
+ * bdrv_req_complete().
  *
  * A request is padded out to the driver's request_alignment (reads through
  * a bounce buffer; writes by read-modify-write), then sent to the driver in
@@ -30,7 +33,7 @@ int64_t bdrv_max_rw(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-int64_t bdrv_max_zero(BlockDriverState *bs)
+static int64_t bdrv_max_zero(BlockDriverState *bs)
 {
     int64_t align = bs->bl.request_alignment;
     int64_t max = bs->bl.max_pwrite_zeroes ? bs->bl.max_pwrite_zeroes
@@ -39,7 +42,7 @@ int64_t bdrv_max_zero(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-int64_t bdrv_max_discard(BlockDriverState *bs)
+static int64_t bdrv_max_discard(BlockDriverState *bs)
 {
     int64_t align = bs->bl.request_alignment;
     int64_t max = bs->bl.max_pdiscard ? bs->bl.max_pdiscard
@@ -110,19 +113,20 @@ BdrvRequest *bdrv_req_new(BlockDriverState *bs, BdrvOp type,
                           BdrvRequestFlags flags,
                           BlockCompletionFunc *cb, void *opaque)
 {
-    BdrvRequest *req = g_new0(BdrvRequest, 1);
+    BdrvRequest *req = g_malloc0(sizeof(BdrvRequest) +
+                                 bs->drv->request_size);
 
     req->bs = bs;
-    req->type = type;
-    req->offset = offset;
-    req->bytes = bytes;
-    req->buf = buf;
-    req->flags = flags;
-    req->cb = cb;
-    req->opaque = opaque;
-    req->link.data = req;
-    req->start = offset;
-    req->end = offset + bytes;
+    req->io.type = type;
+    req->io.offset = offset;
+    req->io.bytes = bytes;
+    req->io.buf = buf;
+    req->io.flags = flags;
+    req->io.cb = cb;
+    req->io.opaque = opaque;
+    req->io.link.data = req;
+    req->io.start = offset;
+    req->io.end = offset + bytes;
     bs->in_flight++;
     return req;
 }
@@ -136,21 +140,22 @@ static void bdrv_process_waiting(BlockDriverState *bs);
 void bdrv_req_finish(BdrvRequest *req, int ret)
 {
     BlockDriverState *bs = req->bs;
-    BlockCompletionFunc *cb = req->cb;
-    void *opaque = req->opaque;
+    BlockCompletionFunc *cb = req->io.cb;
+    void *opaque = req->io.opaque;
 
-    if (req->tracked) {
-        g_queue_unlink(&bs->tracked, &req->link);
+    if (req->io.tracked) {
+        g_queue_unlink(&bs->tracked, &req->io.link);
     }
-    if (ret == 0 && req->type == BDRV_OP_READ && req->bounce) {
-        memcpy(req->buf, req->bounce + (req->offset - req->start),
-               req->bytes);
+    if (ret == 0 && req->io.type == BDRV_OP_READ && req->io.bounce) {
+        memcpy(req->io.buf, req->io.bounce + (req->io.offset - req->io.start),
+               req->io.bytes);
     }
-    if (req->type == BDRV_OP_WRITE || req->type == BDRV_OP_ZERO ||
-        req->type == BDRV_OP_DISCARD) {
-        bdrv_notify_write(bs, req->offset, req->bytes);
+    if (req->io.type == BDRV_OP_WRITE || req->io.type == BDRV_OP_ZERO ||
+        req->io.type == BDRV_OP_DISCARD) {
+        bdrv_notify_write(bs, req->io.offset, req->io.bytes);
     }
-    qemu_vfree(req->bounce);
+    g_assert(!req->io.found);
+    qemu_vfree(req->io.bounce);
     g_free(req);
     bs->in_flight--;
     bdrv_process_waiting(bs);
@@ -172,14 +177,14 @@ void bdrv_req_finish_later(BdrvRequest *req, int ret)
 
 static bool bdrv_req_overlap(const BdrvRequest *a, const BdrvRequest *b)
 {
-    return a->start < b->end && b->start < a->end;
+    return a->io.start < b->io.end && b->io.start < a->io.end;
 }
 
 /* Must @req wait for @other (in flight or queued ahead of it)? */
 static bool bdrv_req_conflict(const BdrvRequest *req,
                               const BdrvRequest *other)
 {
-    return (req->serialising || other->serialising) &&
+    return (req->io.serialising || other->io.serialising) &&
            bdrv_req_overlap(req, other);
 }
 
@@ -211,11 +216,11 @@ void bdrv_req_submit(BdrvRequest *req)
     BlockDriverState *bs = req->bs;
 
     if (bdrv_req_must_wait(bs, req, NULL)) {
-        g_queue_push_tail_link(&bs->waiting, &req->link);
+        g_queue_push_tail_link(&bs->waiting, &req->io.link);
         return;
     }
-    g_queue_push_tail_link(&bs->tracked, &req->link);
-    req->tracked = true;
+    g_queue_push_tail_link(&bs->tracked, &req->io.link);
+    req->io.tracked = true;
     bdrv_req_run(req);
 }
 
@@ -230,11 +235,84 @@ static void bdrv_process_waiting(BlockDriverState *bs)
         if (!bdrv_req_must_wait(bs, req, l)) {
             g_queue_unlink(&bs->waiting, l);
             g_queue_push_tail_link(&bs->tracked, l);
-            req->tracked = true;
+            req->io.tracked = true;
             bdrv_req_run(req);
         }
         l = next;
     }
+}
+
+/* ---- the driver call ---- */
+
+/* Does @bs's driver handle @op itself (else io.c's fallback applies)? */
+static bool bdrv_drv_has(BlockDriverState *bs, BdrvOp op)
+{
+    const BlockDriver *drv = bs->drv;
+
+    if (drv->aio_submit) {
+        return true;
+    }
+    switch (op) {
+    case BDRV_OP_ZERO:
+        return drv->pwrite_zeroes;
+    case BDRV_OP_DISCARD:
+        return drv->pdiscard;
+    case BDRV_OP_FLUSH:
+        return drv->flush;
+    case BDRV_OP_STATUS:
+        return drv->block_status;
+    default:
+        return true;
+    }
+}
+
+void bdrv_drv_call(BdrvRequest *req, BdrvOp op, int64_t offset,
+                   int64_t bytes, void *buf, BdrvRequestFlags flags,
+                   GArray *extents, BlockCompletionFunc *done)
+{
+    const BlockDriver *drv = req->bs->drv;
+
+    req->op = op;
+    req->offset = offset;
+    req->bytes = bytes;
+    req->buf = buf;
+    req->flags = flags;
+    req->extents = extents;
+    req->io.drv_done = done;
+    if (!drv->aio_submit) {
+        bdrv_blocking_submit(req);
+        return;
+    }
+    if (drv->request_size) {
+        memset(bdrv_req_priv(req), 0, drv->request_size);
+    }
+    drv->aio_submit(req->bs, req);
+}
+
+void bdrv_req_complete(BdrvRequest *req, int ret)
+{
+    req->io.drv_done(req, ret);
+}
+
+void bdrv_req_complete_cb(void *opaque, int ret)
+{
+    bdrv_req_complete(opaque, ret);
+}
+
+void bdrv_req_complete_later(BdrvRequest *req, int ret)
+{
+    bdrv_complete_later(bdrv_req_complete_cb, req, ret);
+}
+
+void bdrv_drv_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                     int64_t bytes, void *buf, BdrvRequestFlags flags,
+                     GArray *extents, BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req = bdrv_req_new(bs, op, offset, bytes, buf, flags,
+                                    cb, opaque);
+
+    bdrv_drv_call(req, op, offset, bytes, buf, flags, extents,
+                  bdrv_req_finish_cb);
 }
 
 /* ---- the fragment loop ---- */
@@ -245,40 +323,43 @@ static void bdrv_req_step(BdrvRequest *req);
  * them and write the whole aligned range. */
 static void bdrv_rmw_merge(BdrvRequest *req)
 {
-    memcpy(req->bounce + (req->offset - req->start), req->buf, req->bytes);
-    req->phase = BDRV_PHASE_IO;
+    BdrvRequestIo *io = &req->io;
+
+    memcpy(io->bounce + (io->offset - io->start), io->buf, io->bytes);
+    io->phase = BDRV_PHASE_IO;
 }
 
 static void bdrv_req_frag_done(void *opaque, int ret)
 {
     BdrvRequest *req = opaque;
+    BdrvRequestIo *io = &req->io;
 
-    if (ret == -ENOTSUP && req->type == BDRV_OP_ZERO &&
-        req->phase == BDRV_PHASE_IO &&
-        !(req->flags & BDRV_REQ_NO_FALLBACK)) {
+    if (ret == -ENOTSUP && io->type == BDRV_OP_ZERO &&
+        io->phase == BDRV_PHASE_IO && !(io->flags & BDRV_REQ_NO_FALLBACK)) {
         /* No efficient zeroing here: write zero buffers instead. */
-        req->phase = BDRV_PHASE_ZERO_WRITE;
+        io->phase = BDRV_PHASE_ZERO_WRITE;
         bdrv_req_step(req);
         return;
     }
-    if (ret == -ENOTSUP && req->type == BDRV_OP_DISCARD) {
+    if (ret == -ENOTSUP && io->type == BDRV_OP_DISCARD) {
         ret = 0;    /* discard is advisory */
     }
     if (ret < 0) {
         bdrv_req_finish(req, ret);
         return;
     }
-    if (req->phase == BDRV_PHASE_RMW_HEAD) {
-        req->phase = BDRV_PHASE_RMW_TAIL;
-    } else if (req->phase == BDRV_PHASE_RMW_TAIL) {
+    if (io->phase == BDRV_PHASE_RMW_HEAD) {
+        io->phase = BDRV_PHASE_RMW_TAIL;
+    } else if (io->phase == BDRV_PHASE_RMW_TAIL) {
         bdrv_rmw_merge(req);
     } else {
-        req->pos += req->frag;
+        io->pos += io->frag;
     }
     bdrv_req_step(req);
 }
 
-void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
+/* Aligned zeroes for the write fallback (allocated once per node). */
+static void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
 {
     if (!bs->zero_buffer) {
         bs->zero_buffer_size = MAX(BDRV_ZERO_BUFFER_SIZE,
@@ -294,77 +375,76 @@ void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
 static void bdrv_req_step(BdrvRequest *req)
 {
     BlockDriverState *bs = req->bs;
+    BdrvRequestIo *io = &req->io;
     int64_t align = bs->bl.request_alignment;
-    uint8_t *data = req->bounce ? req->bounce : req->buf;
+    uint8_t *data = io->bounce ? io->bounce : io->buf;
 
-    if (req->phase == BDRV_PHASE_RMW_HEAD) {
-        if (req->offset != req->start) {
-            req->frag = MIN(align, req->end - req->start);
-            bdrv_drv_call(bs, BDRV_OP_READ, req->start, req->frag,
-                          req->bounce, 0, NULL, bdrv_req_frag_done, req);
+    if (io->phase == BDRV_PHASE_RMW_HEAD) {
+        if (io->offset != io->start) {
+            io->frag = MIN(align, io->end - io->start);
+            bdrv_drv_call(req, BDRV_OP_READ, io->start, io->frag, io->bounce,
+                          0, NULL, bdrv_req_frag_done);
             return;
         }
-        req->phase = BDRV_PHASE_RMW_TAIL;
+        io->phase = BDRV_PHASE_RMW_TAIL;
     }
-    if (req->phase == BDRV_PHASE_RMW_TAIL) {
-        int64_t tail = QEMU_ALIGN_DOWN(req->offset + req->bytes, align);
-        bool head_read = req->offset != req->start;
+    if (io->phase == BDRV_PHASE_RMW_TAIL) {
+        int64_t tail = QEMU_ALIGN_DOWN(io->offset + io->bytes, align);
+        bool head_read = io->offset != io->start;
 
-        if (req->offset + req->bytes != req->end &&
-            !(head_read && tail == req->start)) {
-            req->frag = req->end - tail;
-            bdrv_drv_call(bs, BDRV_OP_READ, tail, req->frag,
-                          req->bounce + (tail - req->start), 0, NULL,
-                          bdrv_req_frag_done, req);
+        if (io->offset + io->bytes != io->end &&
+            !(head_read && tail == io->start)) {
+            io->frag = io->end - tail;
+            bdrv_drv_call(req, BDRV_OP_READ, tail, io->frag,
+                          io->bounce + (tail - io->start), 0, NULL,
+                          bdrv_req_frag_done);
             return;
         }
         bdrv_rmw_merge(req);
     }
 
-    if (req->pos >= req->end) {
+    if (io->pos >= io->end) {
         bdrv_req_finish(req, 0);
         return;
     }
 
-    switch (req->type) {
+    switch (io->type) {
     case BDRV_OP_READ:
-        req->frag = MIN(req->end - req->pos, bdrv_max_rw(bs));
-        bdrv_drv_call(bs, BDRV_OP_READ, req->pos, req->frag,
-                      data + (req->pos - req->start), req->flags, NULL,
-                      bdrv_req_frag_done, req);
+        io->frag = MIN(io->end - io->pos, bdrv_max_rw(bs));
+        bdrv_drv_call(req, BDRV_OP_READ, io->pos, io->frag,
+                      data + (io->pos - io->start), io->flags, NULL,
+                      bdrv_req_frag_done);
         break;
     case BDRV_OP_WRITE:
         /* A compressed write is one unit of whole clusters: never split. */
-        req->frag = req->flags & BDRV_REQ_WRITE_COMPRESSED
-                    ? req->end - req->pos
-                    : MIN(req->end - req->pos, bdrv_max_rw(bs));
-        bdrv_drv_call(bs, BDRV_OP_WRITE, req->pos, req->frag,
-                      data + (req->pos - req->start), req->flags, NULL,
-                      bdrv_req_frag_done, req);
+        io->frag = io->flags & BDRV_REQ_WRITE_COMPRESSED
+                   ? io->end - io->pos
+                   : MIN(io->end - io->pos, bdrv_max_rw(bs));
+        bdrv_drv_call(req, BDRV_OP_WRITE, io->pos, io->frag,
+                      data + (io->pos - io->start), io->flags, NULL,
+                      bdrv_req_frag_done);
         break;
     case BDRV_OP_ZERO:
-        if (req->phase == BDRV_PHASE_ZERO_WRITE) {
+        if (io->phase == BDRV_PHASE_ZERO_WRITE) {
             int64_t zsize;
             void *zbuf = bdrv_zero_buffer(bs, &zsize);
 
-            req->frag = MIN(MIN(req->end - req->pos, bdrv_max_rw(bs)),
-                            zsize);
-            bdrv_drv_call(bs, BDRV_OP_WRITE, req->pos, req->frag, zbuf,
-                          req->flags & BDRV_REQ_FUA, NULL,
-                          bdrv_req_frag_done, req);
+            io->frag = MIN(MIN(io->end - io->pos, bdrv_max_rw(bs)), zsize);
+            bdrv_drv_call(req, BDRV_OP_WRITE, io->pos, io->frag, zbuf,
+                          io->flags & BDRV_REQ_FUA, NULL, bdrv_req_frag_done);
         } else if (bdrv_drv_has(bs, BDRV_OP_ZERO)) {
-            req->frag = MIN(req->end - req->pos, bdrv_max_zero(bs));
-            bdrv_drv_call(bs, BDRV_OP_ZERO, req->pos, req->frag, NULL,
-                          req->flags, NULL, bdrv_req_frag_done, req);
+            io->frag = MIN(io->end - io->pos, bdrv_max_zero(bs));
+            bdrv_drv_call(req, BDRV_OP_ZERO, io->pos, io->frag, NULL,
+                          io->flags, NULL, bdrv_req_frag_done);
         } else {
-            req->frag = 0;
+            io->frag = 0;
             bdrv_complete_later(bdrv_req_frag_done, req, -ENOTSUP);
         }
         break;
     case BDRV_OP_DISCARD:
-        req->frag = MIN(req->end - req->pos, bdrv_max_discard(bs));
-        bdrv_drv_call(bs, BDRV_OP_DISCARD, req->pos, req->frag, NULL, 0,
-                      NULL, bdrv_req_frag_done, req);
+        io->frag = MIN(io->end - io->pos, bdrv_max_discard(bs));
+        bdrv_drv_call(req, BDRV_OP_DISCARD, io->pos, io->frag, NULL, 0,
+                      NULL, bdrv_req_frag_done);
         break;
     default:
         g_assert_not_reached();
@@ -373,16 +453,15 @@ static void bdrv_req_step(BdrvRequest *req)
 
 static void bdrv_req_run(BdrvRequest *req)
 {
-    if (req->copy) {
+    if (req->io.copy) {
         bdrv_copy_run(req);
         return;
     }
-    if (req->map) {
-        req->bs->drv->aio_map(req->bs, req->offset, req->bytes, req->map,
-                              bdrv_req_finish_cb, req);
+    if (req->io.map) {
+        bdrv_map_run(req);
         return;
     }
-    req->pos = req->start;
+    req->io.pos = req->io.start;
     bdrv_req_step(req);
 }
 
@@ -392,30 +471,31 @@ static void bdrv_req_run(BdrvRequest *req)
 static void bdrv_req_align(BdrvRequest *req, bool for_write)
 {
     BlockDriverState *bs = req->bs;
+    BdrvRequestIo *io = &req->io;
     int64_t align = bs->bl.request_alignment;
     bool misaligned_buf;
 
-    req->start = QEMU_ALIGN_DOWN(req->offset, align);
-    req->end = MIN(QEMU_ALIGN_UP(req->offset + req->bytes, align),
-                   bs->total_bytes);
-    misaligned_buf = (uintptr_t)req->buf % bs->bl.min_mem_alignment != 0;
+    io->start = QEMU_ALIGN_DOWN(io->offset, align);
+    io->end = MIN(QEMU_ALIGN_UP(io->offset + io->bytes, align),
+                  bs->total_bytes);
+    misaligned_buf = (uintptr_t)io->buf % bs->bl.min_mem_alignment != 0;
 
-    if (req->start == req->offset && req->end == req->offset + req->bytes) {
+    if (io->start == io->offset && io->end == io->offset + io->bytes) {
         if (misaligned_buf) {
-            req->bounce = bdrv_blockalign(bs, req->bytes);
+            io->bounce = bdrv_blockalign(bs, io->bytes);
             if (for_write) {
-                memcpy(req->bounce, req->buf, req->bytes);
+                memcpy(io->bounce, io->buf, io->bytes);
             }
         }
-        req->phase = BDRV_PHASE_IO;
+        io->phase = BDRV_PHASE_IO;
         return;
     }
-    req->bounce = bdrv_blockalign(bs, req->end - req->start);
+    io->bounce = bdrv_blockalign(bs, io->end - io->start);
     if (for_write) {
-        req->serialising = true;
-        req->phase = BDRV_PHASE_RMW_HEAD;
+        io->serialising = true;
+        io->phase = BDRV_PHASE_RMW_HEAD;
     } else {
-        req->phase = BDRV_PHASE_IO;
+        io->phase = BDRV_PHASE_IO;
     }
 }
 
@@ -432,12 +512,12 @@ bool bdrv_req_check_write(BdrvRequest *req)
         bdrv_req_finish_later(req, -EPERM);
         return false;
     }
-    if (req->offset > bs->total_bytes ||
-        req->bytes > bs->total_bytes - req->offset) {
+    if (req->io.offset > bs->total_bytes ||
+        req->io.bytes > bs->total_bytes - req->io.offset) {
         bdrv_req_finish_later(req, -ENOSPC);
         return false;
     }
-    if (req->bytes == 0) {
+    if (req->io.bytes == 0) {
         bdrv_req_finish_later(req, 0);
         return false;
     }
@@ -490,11 +570,220 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
             bdrv_req_finish_later(req, -ENOTSUP);
             return;
         }
-        if (req->start != req->offset ||
-            req->end != req->offset + req->bytes) {
+        if (req->io.start != req->io.offset ||
+            req->io.end != req->io.offset + req->io.bytes) {
             bdrv_req_finish_later(req, -EINVAL);
             return;
         }
     }
     bdrv_req_submit(req);
+}
+
+/* ---- write-zeroes, discard, flush, block status ---- */
+
+static void bdrv_zero_child_done(void *opaque, int ret);
+
+/*
+ * An unaligned write-zeroes: the partial head and tail blocks are written
+ * as zero data (read-modify-write), the aligned middle is zeroed.  The
+ * pieces run one after the other as child requests.
+ */
+static void bdrv_zero_unaligned_step(BdrvRequest *parent)
+{
+    BlockDriverState *bs = parent->bs;
+    int64_t align = bs->bl.request_alignment;
+    int64_t end = parent->io.offset + parent->io.bytes;
+    int64_t pos = parent->io.child_pos;
+    int64_t next;
+    int64_t zsize;
+    void *zbuf;
+
+    if (pos >= end) {
+        bdrv_req_finish(parent, 0);
+        return;
+    }
+    next = MIN(QEMU_ALIGN_UP(pos + 1, align), end);
+    if (pos % align == 0 && end - pos >= align) {
+        /* Aligned middle, up to the last whole block (or EOF). */
+        next = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
+        parent->io.child_pos = next;
+        bdrv_aio_pwrite_zeroes(bs, pos, next - pos, parent->io.flags,
+                               bdrv_zero_child_done, parent);
+        return;
+    }
+    zbuf = bdrv_zero_buffer(bs, &zsize);
+    g_assert(next - pos <= zsize);
+    parent->io.child_pos = next;
+    bdrv_aio_pwrite(bs, pos, next - pos, zbuf, parent->io.flags & BDRV_REQ_FUA,
+                    bdrv_zero_child_done, parent);
+}
+
+static void bdrv_zero_child_done(void *opaque, int ret)
+{
+    BdrvRequest *parent = opaque;
+
+    if (ret < 0) {
+        bdrv_req_finish(parent, ret);
+        return;
+    }
+    bdrv_zero_unaligned_step(parent);
+}
+
+void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                            int64_t bytes, BdrvRequestFlags flags,
+                            BlockCompletionFunc *cb, void *opaque)
+{
+    int64_t align = bs->bl.request_alignment;
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    req = bdrv_req_new(bs, BDRV_OP_ZERO, offset, bytes, NULL, flags,
+                       cb, opaque);
+    if (!bdrv_req_check_write(req)) {
+        return;
+    }
+    if (offset % align ||
+        ((offset + bytes) % align && offset + bytes != bs->total_bytes)) {
+        if (flags & BDRV_REQ_NO_FALLBACK) {
+            /* Partial blocks cannot be zeroed without writing data. */
+            bdrv_req_finish_later(req, -ENOTSUP);
+            return;
+        }
+        req->io.child_pos = offset;
+        bdrv_zero_unaligned_step(req);
+        return;
+    }
+    req->io.phase = BDRV_PHASE_IO;
+    bdrv_req_submit(req);
+}
+
+void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       BlockCompletionFunc *cb, void *opaque)
+{
+    int64_t align = bs->bl.request_alignment;
+    BdrvRequest *req;
+    int64_t end;
+
+    g_assert(offset >= 0 && bytes >= 0);
+    req = bdrv_req_new(bs, BDRV_OP_DISCARD, offset, bytes, NULL, 0,
+                       cb, opaque);
+    if (!bdrv_req_check_write(req)) {
+        return;
+    }
+    /* Shrink to whole blocks; the partial ends are simply kept. */
+    end = offset + bytes;
+    req->io.start = QEMU_ALIGN_UP(offset, align);
+    req->io.end = end == bs->total_bytes ? end : QEMU_ALIGN_DOWN(end, align);
+    if (req->io.start >= req->io.end || !bdrv_drv_has(bs, BDRV_OP_DISCARD)) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    req->io.phase = BDRV_PHASE_IO;
+    bdrv_req_submit(req);
+}
+
+void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                    void *opaque)
+{
+    BdrvRequest *req = bdrv_req_new(bs, BDRV_OP_FLUSH, 0, 0, NULL, 0,
+                                    cb, opaque);
+
+    if (!bdrv_drv_has(bs, BDRV_OP_FLUSH) || !(bs->open_flags & BDRV_O_RDWR)) {
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bdrv_drv_call(req, BDRV_OP_FLUSH, 0, 0, NULL, 0, NULL,
+                  bdrv_req_finish_cb);
+}
+
+static void bdrv_block_status_done(void *opaque, int ret)
+{
+    BdrvRequest *req = opaque;
+    GArray *ext = req->io.extents;
+    guint first = req->io.first_extent;
+    int64_t expect = req->io.offset;
+
+    if (ret == 0 && ext->len <= first) {
+        ret = -EIO;             /* a driver must say something */
+    }
+    for (guint i = first; ret == 0 && i < ext->len; i++) {
+        BlockExtent *e = &g_array_index(ext, BlockExtent, i);
+
+        if (e->offset != expect || e->length <= 0) {
+            ret = -EIO;
+            break;
+        }
+        if (e->offset + e->length > req->io.offset + req->io.bytes) {
+            e->length = req->io.offset + req->io.bytes - e->offset;
+            g_array_set_size(ext, i + 1);
+        }
+        expect = e->offset + e->length;
+    }
+    if (ret < 0) {
+        g_array_set_size(ext, first);
+    }
+    bdrv_req_finish(req, ret);
+}
+
+void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, GArray *extents,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req;
+
+    g_assert(offset >= 0 && bytes > 0);
+    bytes = MIN(bytes, bs->total_bytes - offset);
+    req = bdrv_req_new(bs, BDRV_OP_STATUS, offset, bytes, NULL, 0,
+                       cb, opaque);
+    req->io.extents = extents;
+    req->io.first_extent = extents->len;
+    if (bytes <= 0) {
+        bdrv_req_finish_later(req, -EINVAL);
+        return;
+    }
+    if (!bdrv_drv_has(bs, BDRV_OP_STATUS)) {
+        BlockExtent e = {
+            .offset = offset,
+            .length = bytes,
+            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
+        };
+        g_array_append_val(extents, e);
+        bdrv_req_finish_later(req, 0);
+        return;
+    }
+    bdrv_drv_call(req, BDRV_OP_STATUS, offset, bytes, NULL, 0, extents,
+                  bdrv_block_status_done);
+}
+
+void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
+                     int64_t bytes, void *buf, BdrvRequestFlags flags,
+                     GArray *extents, BlockCompletionFunc *cb, void *opaque)
+{
+    switch (op) {
+    case BDRV_OP_READ:
+        bdrv_aio_pread(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_WRITE:
+        bdrv_aio_pwrite(bs, offset, bytes, buf, flags, cb, opaque);
+        break;
+    case BDRV_OP_ZERO:
+        bdrv_aio_pwrite_zeroes(bs, offset, bytes, flags, cb, opaque);
+        break;
+    case BDRV_OP_DISCARD:
+        bdrv_aio_pdiscard(bs, offset, bytes, cb, opaque);
+        break;
+    case BDRV_OP_FLUSH:
+        bdrv_aio_flush(bs, cb, opaque);
+        break;
+    case BDRV_OP_STATUS:
+        bdrv_aio_block_status(bs, offset, bytes, extents, cb, opaque);
+        break;
+    }
+}
+
+void bdrv_cancel_in_flight(BlockDriverState *bs)
+{
+    if (bs->drv->cancel_in_flight) {
+        bs->drv->cancel_in_flight(bs);
+    }
 }

@@ -61,19 +61,21 @@ typedef enum NbdBlkOp {
     NBDBLK_OP_STATUS,
 } NbdBlkOp;
 
-/* One driver request, or one per-connection part of a flush. */
+/*
+ * The driver's state of one request (bdrv_req_priv() of @up), or one
+ * per-connection part of a flush (allocated on its own, @up NULL).
+ */
 typedef struct NbdBlkReq NbdBlkReq;
 struct NbdBlkReq {
     NbdBlkState *s;
+    BdrvRequest *up;            /* the request it serves; NULL: a part */
     NbdBlkConn *conn;           /* while issued to libnbd */
     NbdBlkOp op;
     int64_t offset;
-    int64_t bytes;
-    void *buf;
+    int64_t bytes;              /* STATUS: what the reply may cover */
     uint32_t nbd_flags;         /* LIBNBD_CMD_FLAG_* */
     bool flush_after;           /* FUA without server FUA: write, flush */
     bool counted;               /* holds a slot in conn->in_flight */
-    GArray *extents;            /* STATUS: the caller's array */
     guint first_extent;         /* STATUS: extents->len at submission */
     int64_t status_start;       /* STATUS: aligned range sent */
     int64_t status_len;
@@ -83,8 +85,6 @@ struct NbdBlkReq {
     int64_t issued_ns;          /* when handed to libnbd */
     NbdBlkReq *parent;          /* flush part: the whole flush */
     int parts;                  /* flush: parts not finished yet */
-    BlockCompletionFunc *cb;
-    void *opaque;
     GList link;                 /* in s->queued, s->done or a local list */
 };
 
@@ -300,23 +300,9 @@ void nbdblk_set_dead(NbdBlkState *s, int err);
 /* Drop requests still queued or done without completing them (close). */
 void nbdblk_drop_requests(NbdBlkState *s);
 
-void nbdblk_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       void *buf, BdrvRequestFlags flags,
-                       BlockCompletionFunc *cb, void *opaque);
-void nbdblk_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                        const void *buf, BdrvRequestFlags flags,
-                        BlockCompletionFunc *cb, void *opaque);
-void nbdblk_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                              int64_t bytes, BdrvRequestFlags flags,
-                              BlockCompletionFunc *cb, void *opaque);
-void nbdblk_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                         int64_t bytes, BlockCompletionFunc *cb,
-                         void *opaque);
-void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                      void *opaque);
-void nbdblk_aio_block_status(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, GArray *extents,
-                             BlockCompletionFunc *cb, void *opaque);
+/* BlockDriver aio_submit and cancel_in_flight (contracts in
+ * block/block-int.h). */
+void nbdblk_aio_submit(BlockDriverState *bs, BdrvRequest *breq);
 void nbdblk_cancel_in_flight(BlockDriverState *bs);
 
 #endif /* BLOCK_NBD_INT_H */

@@ -34,19 +34,16 @@
 #include <errno.h>
 #include <string.h>
 
-static NbdBlkReq *nbdblk_req_new(NbdBlkState *s, NbdBlkOp op,
-                                 int64_t offset, int64_t bytes, void *buf,
-                                 BlockCompletionFunc *cb, void *opaque)
+/* Set up @req (zeroed) for @op on [@offset, @offset + @bytes). */
+static NbdBlkReq *nbdblk_req_init(NbdBlkReq *req, NbdBlkState *s,
+                                  BdrvRequest *up, NbdBlkOp op,
+                                  int64_t offset, int64_t bytes)
 {
-    NbdBlkReq *req = g_new0(NbdBlkReq, 1);
-
     req->s = s;
+    req->up = up;
     req->op = op;
     req->offset = offset;
     req->bytes = bytes;
-    req->buf = buf;
-    req->cb = cb;
-    req->opaque = opaque;
     req->link.data = req;
     return req;
 }
@@ -129,7 +126,7 @@ static int nbdblk_extent_cb(void *opaque, const char *metacontext,
             break;
         }
         if (to > from) {
-            nbdblk_add_extent(req->extents, req->first_extent, from,
+            nbdblk_add_extent(req->up->extents, req->first_extent, from,
                               to - from, nbdblk_status_flags(entries[i + 1]));
         }
         pos += entries[i];
@@ -156,12 +153,12 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     }
     switch (req->op) {
     case NBDBLK_OP_READ:
-        cookie = nbd_aio_pread(c->h, req->buf, req->bytes, req->offset,
+        cookie = nbd_aio_pread(c->h, req->up->buf, req->bytes, req->offset,
                                done, 0);
         break;
     case NBDBLK_OP_WRITE:
-        cookie = nbd_aio_pwrite(c->h, req->buf, req->bytes, req->offset,
-                                done, req->nbd_flags);
+        cookie = nbd_aio_pwrite(c->h, req->up->buf, req->bytes,
+                                req->offset, done, req->nbd_flags);
         break;
     case NBDBLK_OP_ZERO:
         cookie = nbd_aio_zero(c->h, req->bytes, req->offset, done,
@@ -308,7 +305,7 @@ static void nbdblk_retry(NbdBlkState *s, NbdBlkReq *req, GQueue *retry)
     s->nr_retried++;
     if (req->op == NBDBLK_OP_STATUS) {
         /* What the dead connection's reply added goes. */
-        g_array_set_size(req->extents, req->first_extent);
+        g_array_set_size(req->up->extents, req->first_extent);
         req->status_seen = false;
     }
     if (req->parent) {
@@ -324,7 +321,11 @@ void nbdblk_drop_requests(NbdBlkState *s)
 
     while ((l = g_queue_pop_head_link(&s->queued)) ||
            (l = g_queue_pop_head_link(&s->done))) {
-        g_free(l->data);
+        NbdBlkReq *req = l->data;
+
+        if (req->parent) {
+            g_free(req);        /* a flush part; the others are io.c's */
+        }
     }
 }
 
@@ -333,9 +334,9 @@ void nbdblk_drop_requests(NbdBlkState *s)
 /* A successful block status: make sure at least one extent is there. */
 static void nbdblk_status_finish(NbdBlkReq *req)
 {
-    if (req->extents->len == req->first_extent) {
+    if (req->up->extents->len == req->first_extent) {
         /* No (usable) base:allocation answer: all of it is data. */
-        nbdblk_add_extent(req->extents, req->first_extent, req->offset,
+        nbdblk_add_extent(req->up->extents, req->first_extent, req->offset,
                           req->bytes,
                           BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED);
     }
@@ -413,12 +414,8 @@ void nbdblk_process_done(NbdBlkState *s)
      */
     while ((l = g_queue_pop_head_link(&finished))) {
         NbdBlkReq *req = l->data;
-        BlockCompletionFunc *cb = req->cb;
-        void *opaque = req->opaque;
-        int ret = req->ret;
 
-        g_free(req);
-        cb(opaque, ret);
+        bdrv_req_complete(req->up, req->ret);
     }
 }
 
@@ -438,75 +435,9 @@ static void nbdblk_set_fua(NbdBlkState *s, NbdBlkReq *req,
     }
 }
 
-void nbdblk_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       void *buf, BdrvRequestFlags flags,
-                       BlockCompletionFunc *cb, void *opaque)
-{
-    NbdBlkState *s = bs->opaque;
-
-    nbdblk_submit(s, nbdblk_req_new(s, NBDBLK_OP_READ, offset, bytes, buf,
-                                    cb, opaque));
-}
-
-void nbdblk_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                        const void *buf, BdrvRequestFlags flags,
-                        BlockCompletionFunc *cb, void *opaque)
-{
-    NbdBlkState *s = bs->opaque;
-    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_WRITE, offset, bytes,
-                                    (void *)buf, cb, opaque);
-
-    nbdblk_set_fua(s, req, flags);
-    nbdblk_submit(s, req);
-}
-
-void nbdblk_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                              int64_t bytes, BdrvRequestFlags flags,
-                              BlockCompletionFunc *cb, void *opaque)
-{
-    NbdBlkState *s = bs->opaque;
-    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_ZERO, offset, bytes, NULL,
-                                    cb, opaque);
-
-    if (!s->can_zero ||
-        ((flags & BDRV_REQ_NO_FALLBACK) && !s->can_fast_zero)) {
-        /* io.c writes zero buffers instead (unless NO_FALLBACK). */
-        nbdblk_req_done_later(req, -ENOTSUP);
-        return;
-    }
-    if (flags & BDRV_REQ_NO_FALLBACK) {
-        req->nbd_flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
-    }
-    if (!(flags & BDRV_REQ_MAY_UNMAP)) {
-        req->nbd_flags |= LIBNBD_CMD_FLAG_NO_HOLE;
-    }
-    nbdblk_set_fua(s, req, flags);
-    nbdblk_submit(s, req);
-}
-
-void nbdblk_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                         int64_t bytes, BlockCompletionFunc *cb,
-                         void *opaque)
-{
-    NbdBlkState *s = bs->opaque;
-    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_TRIM, offset, bytes, NULL,
-                                    cb, opaque);
-
-    if (!s->can_trim) {
-        nbdblk_req_done_later(req, 0);      /* discard is advisory */
-        return;
-    }
-    nbdblk_submit(s, req);
-}
-
 /* Flush every connection; the flush is done when all parts are. */
-void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                      void *opaque)
+static void nbdblk_flush(NbdBlkState *s, NbdBlkReq *req)
 {
-    NbdBlkState *s = bs->opaque;
-    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_FLUSH, 0, 0, NULL, cb,
-                                    opaque);
-
     if (!s->can_flush || s->dead_errno) {
         nbdblk_req_done_later(req, s->dead_errno ? -s->dead_errno : 0);
         return;
@@ -519,7 +450,8 @@ void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
         if (s->conns[i].dead) {
             continue;
         }
-        part = nbdblk_req_new(s, NBDBLK_OP_FLUSH, 0, 0, NULL, NULL, NULL);
+        part = nbdblk_req_init(g_new0(NbdBlkReq, 1), s, NULL,
+                               NBDBLK_OP_FLUSH, 0, 0);
         part->parent = req;
         req->parts++;
         nbdblk_issue(&s->conns[i], part);
@@ -531,18 +463,13 @@ void nbdblk_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
     }
 }
 
-void nbdblk_aio_block_status(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, GArray *extents,
-                             BlockCompletionFunc *cb, void *opaque)
+static void nbdblk_block_status(NbdBlkState *s, NbdBlkReq *req)
 {
-    NbdBlkState *s = bs->opaque;
     int64_t align = s->min_block ? s->min_block : 1;
-    NbdBlkReq *req = nbdblk_req_new(s, NBDBLK_OP_STATUS, offset, bytes,
-                                    NULL, cb, opaque);
+    int64_t offset = req->offset;
     int64_t end;
 
-    req->extents = extents;
-    req->first_extent = extents->len;
+    req->first_extent = req->up->extents->len;
     if (!s->can_status) {
         nbdblk_status_finish(req);
         nbdblk_req_done_later(req, 0);
@@ -550,10 +477,63 @@ void nbdblk_aio_block_status(BlockDriverState *bs, int64_t offset,
     }
     /* The server wants aligned ranges of at most 32 bits. */
     req->status_start = QEMU_ALIGN_DOWN(offset, align);
-    end = MIN(QEMU_ALIGN_UP(offset + bytes, align), s->size);
+    end = MIN(QEMU_ALIGN_UP(offset + req->bytes, align), s->size);
     req->status_len = MIN(end - req->status_start, NBDBLK_MAX_LENGTH);
-    req->bytes = MIN(offset + bytes,
+    req->bytes = MIN(offset + req->bytes,
                      req->status_start + req->status_len) - offset;
+    nbdblk_submit(s, req);
+}
+
+void nbdblk_aio_submit(BlockDriverState *bs, BdrvRequest *breq)
+{
+    static const NbdBlkOp ops[] = {
+        [BDRV_OP_READ] = NBDBLK_OP_READ,
+        [BDRV_OP_WRITE] = NBDBLK_OP_WRITE,
+        [BDRV_OP_ZERO] = NBDBLK_OP_ZERO,
+        [BDRV_OP_DISCARD] = NBDBLK_OP_TRIM,
+        [BDRV_OP_FLUSH] = NBDBLK_OP_FLUSH,
+        [BDRV_OP_STATUS] = NBDBLK_OP_STATUS,
+    };
+    NbdBlkState *s = bs->opaque;
+    BdrvRequestFlags flags = breq->flags;
+    NbdBlkReq *req = nbdblk_req_init(bdrv_req_priv(breq), s, breq,
+                                     ops[breq->op], breq->offset,
+                                     breq->bytes);
+
+    switch (breq->op) {
+    case BDRV_OP_READ:
+        break;
+    case BDRV_OP_WRITE:
+        nbdblk_set_fua(s, req, flags);
+        break;
+    case BDRV_OP_ZERO:
+        if (!s->can_zero ||
+            ((flags & BDRV_REQ_NO_FALLBACK) && !s->can_fast_zero)) {
+            /* io.c writes zero buffers instead (unless NO_FALLBACK). */
+            nbdblk_req_done_later(req, -ENOTSUP);
+            return;
+        }
+        if (flags & BDRV_REQ_NO_FALLBACK) {
+            req->nbd_flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
+        }
+        if (!(flags & BDRV_REQ_MAY_UNMAP)) {
+            req->nbd_flags |= LIBNBD_CMD_FLAG_NO_HOLE;
+        }
+        nbdblk_set_fua(s, req, flags);
+        break;
+    case BDRV_OP_DISCARD:
+        if (!s->can_trim) {
+            nbdblk_req_done_later(req, 0);      /* discard is advisory */
+            return;
+        }
+        break;
+    case BDRV_OP_FLUSH:
+        nbdblk_flush(s, req);
+        return;
+    case BDRV_OP_STATUS:
+        nbdblk_block_status(s, req);
+        return;
+    }
     nbdblk_submit(s, req);
 }
 

@@ -454,11 +454,7 @@ const BlockDriver bdrv_nbd = {
     .get_active_channels = nbdblk_get_active_channels,
     .get_window_bytes   = nbdblk_get_window_bytes,
     .get_info           = nbdblk_get_info,
-    .aio_preadv         = nbdblk_aio_preadv,
-    .aio_pwritev        = nbdblk_aio_pwritev,
-    .aio_pwrite_zeroes  = nbdblk_aio_pwrite_zeroes,
-    .aio_pdiscard       = nbdblk_aio_pdiscard,
-    .aio_flush          = nbdblk_aio_flush,
-    .aio_block_status   = nbdblk_aio_block_status,
+    .request_size       = sizeof(NbdBlkReq),
+    .aio_submit         = nbdblk_aio_submit,
     .cancel_in_flight   = nbdblk_cancel_in_flight,
 };

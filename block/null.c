@@ -45,18 +45,13 @@ typedef struct NullState {
 
     GArray *records;            /* NullRecord, or NULL */
     NullShared *shared;
-    GList *in_flight;           /* NullRequest, this node only */
+    GList *in_flight;           /* BdrvRequest, this node only */
 } NullState;
 
+/* Per-request state (bdrv_req_priv()). */
 typedef struct NullRequest {
-    BlockDriverState *bs;
-    NullOp op;
-    int64_t offset;
-    int64_t bytes;
     int ret;
     guint record;               /* index + 1 in records, or 0 */
-    BlockCompletionFunc *cb;
-    void *opaque;
 } NullRequest;
 
 static bool null_recognize_spec(const char *spec)
@@ -200,14 +195,15 @@ static int64_t null_get_window_bytes(BlockDriverState *bs)
 
 static gboolean null_request_done(gpointer data)
 {
-    NullRequest *r = data;
-    NullState *s = r->bs->opaque;
+    BdrvRequest *req = data;
+    NullRequest *r = bdrv_req_priv(req);
+    NullState *s = req->bs->opaque;
     NullStats *st = &s->shared->stats;
 
-    s->in_flight = g_list_remove(s->in_flight, r);
+    s->in_flight = g_list_remove(s->in_flight, req);
     st->in_flight--;
-    if (r->op == NULL_OP_READ || r->op == NULL_OP_WRITE) {
-        st->data_bytes_in_flight -= r->bytes;
+    if (req->op == BDRV_OP_READ || req->op == BDRV_OP_WRITE) {
+        st->data_bytes_in_flight -= req->bytes;
     }
     if (r->record) {
         NullRecord *rec = &g_array_index(s->records, NullRecord,
@@ -215,25 +211,20 @@ static gboolean null_request_done(gpointer data)
         rec->end_ns = clock_ns();
         rec->ret = r->ret;
     }
-    r->cb(r->opaque, r->ret);
-    g_free(r);
+    bdrv_req_complete(req, r->ret);
     return G_SOURCE_REMOVE;
 }
 
 /* Account for a new request, check the contract, schedule completion. */
-static void null_submit(BlockDriverState *bs, NullOp op, int64_t offset,
-                        int64_t bytes, unsigned flags, int ret,
-                        BlockCompletionFunc *cb, void *opaque)
+static void null_account(BlockDriverState *bs, BdrvRequest *req)
 {
     NullState *s = bs->opaque;
     NullStats *st = &s->shared->stats;
-    NullRequest *r = g_new0(NullRequest, 1);
+    NullRequest *r = bdrv_req_priv(req);
+    NullOp op = (NullOp)req->op;
+    int64_t offset = req->offset;
+    int64_t bytes = req->bytes;
     GSource *src;
-
-    *r = (NullRequest) {
-        .bs = bs, .op = op, .offset = offset, .bytes = bytes,
-        .cb = cb, .opaque = opaque,
-    };
 
     if (op != NULL_OP_FLUSH && op != NULL_OP_STATUS &&
         ((offset % s->align) ||
@@ -245,9 +236,10 @@ static void null_submit(BlockDriverState *bs, NullOp op, int64_t offset,
     }
     if (null_is_write_like(op)) {
         for (GList *l = s->in_flight; l; l = l->next) {
-            NullRequest *o = l->data;
+            BdrvRequest *o = l->data;
 
-            if (null_is_write_like(o->op) && o->offset < offset + bytes &&
+            if (null_is_write_like((NullOp)o->op) &&
+                o->offset < offset + bytes &&
                 offset < o->offset + o->bytes) {
                 st->overlapping_writes++;
                 break;
@@ -264,16 +256,15 @@ static void null_submit(BlockDriverState *bs, NullOp op, int64_t offset,
                                            st->data_bytes_in_flight);
         st->max_data_request = MAX(st->max_data_request, bytes);
     }
-    s->in_flight = g_list_prepend(s->in_flight, r);
+    s->in_flight = g_list_prepend(s->in_flight, req);
 
-    r->ret = ret ? ret : fault_rule_check(&s->fault, (FaultOp)op, offset,
-                                          bytes);
-    if (r->ret && !ret) {
+    r->ret = fault_rule_check(&s->fault, (FaultOp)op, offset, bytes);
+    if (r->ret) {
         st->injected_errors++;
     }
     if (s->records) {
         NullRecord rec = {
-            .op = op, .offset = offset, .bytes = bytes, .flags = flags,
+            .op = op, .offset = offset, .bytes = bytes, .flags = req->flags,
             .start_ns = clock_ns(),
         };
         g_array_append_val(s->records, rec);
@@ -283,59 +274,16 @@ static void null_submit(BlockDriverState *bs, NullOp op, int64_t offset,
     src = bdrv_timer_new(s->latency_ns +
                          (s->jitter_ns ? g_rand_int_range(s->rand, 0,
                                          MIN(s->jitter_ns, G_MAXINT32)) : 0),
-                         null_request_done, r);
+                         null_request_done, req);
     g_source_unref(src);
 }
 
-static void null_aio_preadv(BlockDriverState *bs, int64_t offset,
-                            int64_t bytes, void *buf, BdrvRequestFlags flags,
-                            BlockCompletionFunc *cb, void *opaque)
+/* The extents of [offset, offset + bytes) as the extents= option says. */
+static void null_block_status(NullState *s, BdrvRequest *req)
 {
-    memset(buf, 0, bytes);
-    null_submit(bs, NULL_OP_READ, offset, bytes, flags, 0, cb, opaque);
-}
-
-static void null_aio_pwritev(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, const void *buf,
-                             BdrvRequestFlags flags,
-                             BlockCompletionFunc *cb, void *opaque)
-{
-    null_submit(bs, NULL_OP_WRITE, offset, bytes, flags, 0, cb, opaque);
-}
-
-static void null_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                                   int64_t bytes, BdrvRequestFlags flags,
-                                   BlockCompletionFunc *cb, void *opaque)
-{
-    NullState *s = bs->opaque;
-
-    if (!s->zeroes) {
-        bdrv_complete_later(cb, opaque, -ENOTSUP);
-        return;
-    }
-    null_submit(bs, NULL_OP_ZERO, offset, bytes, flags, 0, cb, opaque);
-}
-
-static void null_aio_pdiscard(BlockDriverState *bs, int64_t offset,
-                              int64_t bytes, BlockCompletionFunc *cb,
-                              void *opaque)
-{
-    null_submit(bs, NULL_OP_DISCARD, offset, bytes, 0, 0, cb, opaque);
-}
-
-static void null_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                           void *opaque)
-{
-    null_submit(bs, NULL_OP_FLUSH, 0, 0, 0, 0, cb, opaque);
-}
-
-static void null_aio_block_status(BlockDriverState *bs, int64_t offset,
-                                  int64_t bytes, GArray *extents,
-                                  BlockCompletionFunc *cb, void *opaque)
-{
-    NullState *s = bs->opaque;
-    int64_t end = offset + bytes;
-    int64_t pos = offset;
+    GArray *extents = req->extents;
+    int64_t end = req->offset + req->bytes;
+    int64_t pos = req->offset;
 
     while (pos < end && extents->len < 1024) {
         BlockExtent e = { .offset = pos };
@@ -362,7 +310,29 @@ static void null_aio_block_status(BlockDriverState *bs, int64_t offset,
         g_array_append_val(extents, e);
         pos = next;
     }
-    null_submit(bs, NULL_OP_STATUS, offset, bytes, 0, 0, cb, opaque);
+}
+
+static void null_submit(BlockDriverState *bs, BdrvRequest *req)
+{
+    NullState *s = bs->opaque;
+
+    switch (req->op) {
+    case BDRV_OP_READ:
+        memset(req->buf, 0, req->bytes);
+        break;
+    case BDRV_OP_ZERO:
+        if (!s->zeroes) {
+            bdrv_req_complete_later(req, -ENOTSUP);
+            return;
+        }
+        break;
+    case BDRV_OP_STATUS:
+        null_block_status(s, req);
+        break;
+    default:
+        break;
+    }
+    null_account(bs, req);
 }
 
 void null_get_stats(BlockDriverState *bs, NullStats *stats)
@@ -405,10 +375,6 @@ const BlockDriver bdrv_null = {
     .refresh_limits     = null_refresh_limits,
     .get_active_channels = null_get_active_channels,
     .get_window_bytes   = null_get_window_bytes,
-    .aio_preadv         = null_aio_preadv,
-    .aio_pwritev        = null_aio_pwritev,
-    .aio_pwrite_zeroes  = null_aio_pwrite_zeroes,
-    .aio_pdiscard       = null_aio_pdiscard,
-    .aio_flush          = null_aio_flush,
-    .aio_block_status   = null_aio_block_status,
+    .request_size       = sizeof(NullRequest),
+    .aio_submit         = null_submit,
 };

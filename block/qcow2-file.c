@@ -13,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "util/file-io.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -107,34 +108,10 @@ void qcow2_debug_change(char kind)
 
 /* ---- File I/O (blocking) ---- */
 
-/* Read up to @bytes; returns the number read (short only at EOF). */
-static int64_t qcow2_pread_upto(int fd, int64_t offset, void *buf,
-                                int64_t bytes)
-{
-    int64_t done = 0;
-
-    while (done < bytes) {
-        ssize_t n = pread(fd, (uint8_t *)buf + done, bytes - done,
-                          offset + done);
-
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -errno;
-        }
-        if (n == 0) {
-            break;
-        }
-        done += n;
-    }
-    return done;
-}
-
 int qcow2_pread(BDRVQcow2State *s, int64_t offset, void *buf,
                 int64_t bytes)
 {
-    int64_t n = qcow2_pread_upto(s->fd, offset, buf, bytes);
+    int64_t n = file_pread_full(s->fd, buf, bytes, offset, 0);
 
     if (n < 0) {
         return n;
@@ -155,7 +132,7 @@ int qcow2_pread(BDRVQcow2State *s, int64_t offset, void *buf,
 int qcow2_pread_data(BDRVQcow2State *s, int64_t offset, void *buf,
                             int64_t bytes)
 {
-    int64_t n = qcow2_pread_upto(s->fd, offset, buf, bytes);
+    int64_t n = file_pread_full(s->fd, buf, bytes, offset, 0);
 
     if (n < 0) {
         return n;
@@ -168,30 +145,7 @@ int qcow2_pwritev(BDRVQcow2State *s, int64_t offset,
                          struct iovec *iov, int niov)
 {
     qcow2_debug_change('W');
-    while (niov > 0) {
-        ssize_t n = pwritev(s->fd, iov, niov, offset);
-
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -errno;
-        }
-        if (n == 0) {
-            return -ENOSPC;
-        }
-        offset += n;
-        while (niov > 0 && (size_t)n >= iov->iov_len) {
-            n -= iov->iov_len;
-            iov++;
-            niov--;
-        }
-        if (niov > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + n;
-            iov->iov_len -= n;
-        }
-    }
-    return 0;
+    return file_pwritev_full(s->fd, iov, niov, offset, 0);
 }
 
 int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
@@ -204,13 +158,8 @@ int qcow2_pwrite(BDRVQcow2State *s, int64_t offset, const void *buf,
 
 int qcow2_sync(BDRVQcow2State *s)
 {
-    int r;
-
     qcow2_debug_change('S');
-    do {
-        r = fdatasync(s->fd);
-    } while (r < 0 && errno == EINTR);
-    return r < 0 ? -errno : 0;
+    return file_fdatasync(s->fd);
 }
 
 int qcow2_check_overlap(BDRVQcow2State *s, int64_t offset, int64_t bytes,

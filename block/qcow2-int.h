@@ -3,10 +3,10 @@
  *
  * One BDRVQcow2State per opened image layer (the top image and each qcow2
  * backing file).  Requests run whole on a worker of the shared thread pool
- * (block/qcow2.c submits them): they take s->lock for every look at or
- * change of metadata (L1, L2 cache, refcounts, allocation state) and drop it
- * around data I/O, so requests on distinct clusters transfer data in
- * parallel.  Metadata I/O (cache misses, write-back) happens under the lock
+ * (io.c's blocking adapter runs them): they take s->lock for every look at
+ * or change of metadata (L1, L2 cache, refcounts, allocation state) and
+ * drop it around data I/O, so requests on distinct clusters transfer data
+ * in parallel.  Metadata I/O (cache misses, write-back) happens under the lock
  * on the worker, never on the main loop.
  *
  * On-disk ordering (docs/qcow2-lite.md): refcount increments and data are

@@ -20,7 +20,6 @@
  */
 #include "block/qcow2-int.h"
 #include "block/qcow2.h"
-#include "block/thread-pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -519,101 +518,58 @@ static bool qcow2_get_info(BlockDriverState *bs, BlockImageInfo *info,
     return true;
 }
 
-/* ---- The data path: one thread-pool job per request ---- */
+/*
+ * ---- The data path: blocking members, each request run whole on a pool
+ * worker by io.c's adapter (block/io-blocking.c) ----
+ */
 
-typedef struct Qcow2Request {
-    BDRVQcow2State *s;
-    BdrvOp op;
-    int64_t offset;
-    int64_t bytes;
-    void *buf;
-    BdrvRequestFlags flags;
-    GArray *found;              /* STATUS: filled by the worker */
-    GArray *extents;            /* STATUS: the caller's */
-    BlockCompletionFunc *cb;
-    void *opaque;
-} Qcow2Request;
-
-static int qcow2_worker(void *arg)
-{
-    Qcow2Request *r = arg;
-
-    switch (r->op) {
-    case BDRV_OP_READ:
-        return qcow2_do_read(r->s, r->offset, r->bytes, r->buf);
-    case BDRV_OP_WRITE:
-        if (r->flags & BDRV_REQ_WRITE_COMPRESSED) {
-            int ret = qcow2_do_write_compressed(r->s, r->offset, r->bytes,
-                                                r->buf);
-            return ret == 0 && (r->flags & BDRV_REQ_FUA) ?
-                   qcow2_do_flush(r->s) : ret;
-        }
-        return qcow2_do_write(r->s, r->offset, r->bytes, r->buf, r->flags);
-    case BDRV_OP_ZERO:
-        return qcow2_do_zeroes(r->s, r->offset, r->bytes, r->flags);
-    case BDRV_OP_DISCARD:
-        return qcow2_do_discard(r->s, r->offset, r->bytes);
-    case BDRV_OP_FLUSH:
-        return qcow2_do_flush(r->s);
-    case BDRV_OP_STATUS:
-        return qcow2_do_block_status(r->s, r->offset, r->bytes, r->found);
-    }
-    g_assert_not_reached();
-}
-
-static void qcow2_complete(void *opaque, int ret)
-{
-    Qcow2Request *r = opaque;
-    BlockCompletionFunc *cb = r->cb;
-    void *cb_opaque = r->opaque;
-
-    if (r->found) {
-        if (ret == 0) {
-            g_array_append_vals(r->extents, r->found->data, r->found->len);
-        }
-        g_array_unref(r->found);
-    }
-    g_free(r);
-    cb(cb_opaque, ret);
-}
-
-static void qcow2_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
-                         int64_t bytes, void *buf, BdrvRequestFlags flags,
-                         GArray *extents, BlockCompletionFunc *cb,
-                         void *opaque)
-{
-    Qcow2Request *r = g_new0(Qcow2Request, 1);
-
-    *r = (Qcow2Request) {
-        .s = qcow2_state(bs), .op = op, .offset = offset, .bytes = bytes,
-        .buf = buf, .flags = flags, .extents = extents, .cb = cb,
-        .opaque = opaque,
-    };
-    if (extents) {
-        r->found = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
-    }
-    thread_pool_submit(thread_pool_get(), qcow2_worker, r, qcow2_complete,
-                       r);
-}
-
-/* ---- Fused copies (block/io-copy.c): the same jobs, run in place ---- */
-
-static bool qcow2_can_copy(BlockDriverState *bs)
-{
-    return qcow2_state(bs)->in_memory;
-}
-
-static int qcow2_pread_blocking(BlockDriverState *bs, int64_t offset,
-                                int64_t bytes, void *buf)
+static int qcow2_pread_member(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, void *buf)
 {
     return qcow2_do_read(qcow2_state(bs), offset, bytes, buf);
 }
 
-static int qcow2_pwrite_blocking(BlockDriverState *bs, int64_t offset,
-                                 int64_t bytes, const void *buf,
-                                 BdrvRequestFlags flags)
+static int qcow2_pwrite_member(BlockDriverState *bs, int64_t offset,
+                               int64_t bytes, const void *buf,
+                               BdrvRequestFlags flags)
 {
-    return qcow2_do_write(qcow2_state(bs), offset, bytes, buf, flags);
+    BDRVQcow2State *s = qcow2_state(bs);
+    int ret;
+
+    if (!(flags & BDRV_REQ_WRITE_COMPRESSED)) {
+        return qcow2_do_write(s, offset, bytes, buf, flags);
+    }
+    ret = qcow2_do_write_compressed(s, offset, bytes, buf);
+    return ret == 0 && (flags & BDRV_REQ_FUA) ? qcow2_do_flush(s) : ret;
+}
+
+static int qcow2_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
+                               int64_t bytes, BdrvRequestFlags flags)
+{
+    return qcow2_do_zeroes(qcow2_state(bs), offset, bytes, flags);
+}
+
+static int qcow2_pdiscard(BlockDriverState *bs, int64_t offset,
+                          int64_t bytes)
+{
+    return qcow2_do_discard(qcow2_state(bs), offset, bytes);
+}
+
+static int qcow2_flush(BlockDriverState *bs)
+{
+    return qcow2_do_flush(qcow2_state(bs));
+}
+
+static int qcow2_block_status(BlockDriverState *bs, int64_t offset,
+                              int64_t bytes, GArray *extents)
+{
+    return qcow2_do_block_status(qcow2_state(bs), offset, bytes, extents);
+}
+
+/* Fused copies only for an image in memory (page-cache copies). */
+static bool qcow2_can_copy(BlockDriverState *bs)
+{
+    return qcow2_state(bs)->in_memory;
 }
 
 static const char *const qcow2_create_opts[] = {
@@ -633,10 +589,13 @@ const BlockDriver bdrv_qcow2 = {
     .refresh_limits     = qcow2_refresh_limits,
     .get_info           = qcow2_get_info,
     .check              = qcow2_check_node,
-    .aio_submit         = qcow2_submit,
+    .pread              = qcow2_pread_member,
+    .pwrite             = qcow2_pwrite_member,
+    .pwrite_zeroes      = qcow2_pwrite_zeroes,
+    .pdiscard           = qcow2_pdiscard,
+    .flush              = qcow2_flush,
+    .block_status       = qcow2_block_status,
     .can_copy           = qcow2_can_copy,
-    .pread_blocking     = qcow2_pread_blocking,
-    .pwrite_blocking    = qcow2_pwrite_blocking,
 };
 
 /* ---- Public helpers (block/qcow2.h) ---- */

@@ -10,6 +10,7 @@
 
 #include "block/block-int.h"
 #include "util/cutils.h"
+#include "util/file-io.h"
 
 /* O_DIRECT alignments probed by reading, and the largest one tried. */
 #define RAW_MIN_PROBE_ALIGN 512
@@ -54,32 +55,25 @@ typedef struct BDRVRawState {
     bool map_forced;            /* views=on: and never measured */
     bool can_copy;              /* fused copies (bdrv_aio_copy) apply */
     bool cpu_bound;             /* in memory: I/O is copying, no waiting */
-    int reads_here;             /* made on the main loop, not completed */
 } BDRVRawState;
 
-/* Write all of @buf at @offset on @fd with pwritev2 flags @rwf, retrying
- * after EINTR and short writes.  Returns 0 or -errno.  Blocking. */
-int raw_pwrite_full(int fd, const uint8_t *buf, int64_t bytes,
-                    int64_t offset, int rwf);
-
-/* The data-path members of bdrv_raw (block/raw-aio.c); contracts in
- * block/block-int.h. */
-void raw_aio_preadv(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                    void *buf, BdrvRequestFlags flags,
-                    BlockCompletionFunc *cb, void *opaque);
-void raw_aio_pwritev(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                     const void *buf, BdrvRequestFlags flags,
-                     BlockCompletionFunc *cb, void *opaque);
-void raw_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                           int64_t bytes, BdrvRequestFlags flags,
-                           BlockCompletionFunc *cb, void *opaque);
-void raw_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                      BlockCompletionFunc *cb, void *opaque);
-void raw_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                   void *opaque);
-void raw_aio_block_status(BlockDriverState *bs, int64_t offset,
-                          int64_t bytes, GArray *extents,
-                          BlockCompletionFunc *cb, void *opaque);
+/*
+ * The data-path members of bdrv_raw, blocking (block/raw-aio.c);
+ * contracts in block/block-int.h.
+ */
+int raw_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
+              void *buf);
+int raw_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
+               const void *buf, BdrvRequestFlags flags);
+int raw_pwrite_zeroes(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                      BdrvRequestFlags flags);
+int raw_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes);
+int raw_flush(BlockDriverState *bs);
+int raw_block_status(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                     GArray *extents);
+bool raw_cpu_bound(BlockDriverState *bs);
+bool raw_run_here(BlockDriverState *bs, const BdrvRequest *req);
+bool raw_can_copy(BlockDriverState *bs);
 
 /* Methods found unsupported (RAW_NO_*), shared by the workers. */
 static inline bool raw_unsupported(BDRVRawState *s, int method)
@@ -93,7 +87,7 @@ static inline void raw_set_unsupported(BDRVRawState *s, int method)
 }
 
 /*
- * raw-status.c, on a pool worker (raw-aio.c's RAW_OP_STATUS): append to
+ * raw-status.c, on a pool worker (raw_block_status()): append to
  * @found the data/hole extents of [@offset, @offset + @bytes) from
  * SEEK_DATA and SEEK_HOLE, up to the end of the file and at most
  * RAW_MAX_EXTENTS of them.  Data is allocated; a hole reads as zero.
@@ -104,7 +98,7 @@ int raw_do_status(BDRVRawState *s, int64_t offset, int64_t bytes,
                   GArray *found);
 
 /*
- * raw-map.c, on a pool worker (raw-aio.c's RAW_OP_MAP): map [@offset,
+ * raw-map.c, on a pool worker (raw_map()): map [@offset,
  * @offset + @bytes) of @s's file into @map with its pages loaded; 0,
  * -ENOTSUP when the range now lies past the end of the file (or mmap
  * fails: read instead), or -errno.
@@ -126,17 +120,10 @@ bool raw_views_pay(void);
  */
 void raw_views_probe_early(void);
 
-/* BlockDriver can_map / unmap (raw-map.c) and aio_map (raw-aio.c). */
+/* BlockDriver can_map / unmap (raw-map.c) and map (raw-aio.c). */
 bool raw_can_map(BlockDriverState *bs);
-
-/* BlockDriver can_copy, pread_blocking, pwrite_blocking (raw-aio.c). */
-bool raw_can_copy(BlockDriverState *bs);
-int raw_pread_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       void *buf);
-int raw_pwrite_blocking(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                        const void *buf, BdrvRequestFlags flags);
-void raw_aio_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                 BdrvMapping *map, BlockCompletionFunc *cb, void *opaque);
+int raw_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+            BdrvMapping *map);
 void raw_unmap(BlockDriverState *bs, BdrvMapping *map);
 
 #endif /* BLOCK_RAW_INT_H */

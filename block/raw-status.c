@@ -1,9 +1,10 @@
 /*
  * Raw driver, block status: data and holes from lseek(SEEK_DATA /
- * SEEK_HOLE), run on a pool worker (raw-aio.c's RAW_OP_STATUS).  On tmpfs
- * SEEK_HOLE walks every page up to the next hole: 12 ms for a full 2 GiB
- * file, which is why callers ask for large windows at a time, and why a
- * file in memory with every page there is not walked at all.
+ * SEEK_HOLE), run on a pool worker (raw-aio.c's raw_block_status()).  On
+ * tmpfs SEEK_HOLE walks every page up to the next hole, milliseconds for
+ * a full file of a few GiB, which is why callers ask for large windows at
+ * a time, and why a file in memory with every page there is not walked at
+ * all.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -53,8 +54,8 @@ int raw_do_status(BDRVRawState *s, int64_t offset, int64_t bytes,
     if (s->cpu_bound && (int64_t)st.st_blocks * 512 >= st.st_size) {
         /*
          * tmpfs counts the pages it holds and nothing else: all of them
-         * there is no hole to find, and the walk (7 ms per GiB here, on
-         * the copy's critical path at its start) is saved.  Pages
+         * there is no hole to find, and the walk (on the copy's critical
+         * path at its start) is saved.  Pages
          * preallocated past the end (FALLOC_FL_KEEP_SIZE) could hide a
          * hole; it is then called data, which reads as zero and is copied
          * (or found zero by -S) as such.

@@ -6,11 +6,10 @@
  * file's size need not be a multiple of that alignment, so a second,
  * buffered descriptor serves the partial block at the end of a file.
  *
- * Each data request becomes one RawRequest that a worker of the shared
- * thread pool runs with blocking system calls; the completion returns to
- * the main loop, frees the request and calls the caller back.  Workers only
- * share the BDRVRawState, and of it they only write `unsupported`, with
- * atomic operations.
+ * A blocking driver: its data-path members (block/raw-aio.c) are blocking
+ * system calls that io.c's adapter runs on workers of the shared thread
+ * pool.  Workers only share the BDRVRawState, and of it they only write
+ * `unsupported`, with atomic operations.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -368,8 +367,8 @@ static int raw_prealloc_full(int fd, int64_t size)
     int ret;
 
     for (offset = 0; offset < size; offset += RAW_PREALLOC_CHUNK) {
-        ret = raw_pwrite_full(fd, zeroes, MIN(RAW_PREALLOC_CHUNK,
-                                              size - offset), offset, 0);
+        ret = file_pwrite_full(fd, zeroes, MIN(RAW_PREALLOC_CHUNK,
+                                               size - offset), offset, 0);
         if (ret < 0) {
             return ret;
         }
@@ -475,16 +474,16 @@ const BlockDriver bdrv_raw = {
     .get_length         = raw_get_length,
     .refresh_limits     = raw_refresh_limits,
     .get_info           = raw_get_info,
-    .aio_preadv         = raw_aio_preadv,
-    .aio_pwritev        = raw_aio_pwritev,
-    .aio_pwrite_zeroes  = raw_aio_pwrite_zeroes,
-    .aio_pdiscard       = raw_aio_pdiscard,
-    .aio_flush          = raw_aio_flush,
-    .aio_block_status   = raw_aio_block_status,
-    .can_map            = raw_can_map,
-    .aio_map            = raw_aio_map,
-    .unmap              = raw_unmap,
+    .pread              = raw_pread,
+    .pwrite             = raw_pwrite,
+    .pwrite_zeroes      = raw_pwrite_zeroes,
+    .pdiscard           = raw_pdiscard,
+    .flush              = raw_flush,
+    .block_status       = raw_block_status,
+    .cpu_bound          = raw_cpu_bound,
+    .run_here           = raw_run_here,
     .can_copy           = raw_can_copy,
-    .pread_blocking     = raw_pread_blocking,
-    .pwrite_blocking    = raw_pwrite_blocking,
+    .can_map            = raw_can_map,
+    .map                = raw_map,
+    .unmap              = raw_unmap,
 };

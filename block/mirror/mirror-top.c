@@ -15,24 +15,11 @@ typedef struct TopState {
     Job *job;                   /* write-blocking mirror, or NULL */
     uint64_t in_flight;
     int drain_count;
-    GQueue held;                /* TopRequest waiting for the drain end */
+    GQueue held;                /* BdrvRequest waiting for the drain end */
     void (*drained_cb)(void *opaque);
     void *drained_opaque;
     GSource *drained_source;
 } TopState;
-
-/* One guest request: held while drained, then in flight. */
-typedef struct TopRequest {
-    BlockDriverState *top;
-    BdrvOp op;
-    int64_t offset;
-    int64_t bytes;
-    void *buf;
-    BdrvRequestFlags flags;
-    GArray *extents;
-    BlockCompletionFunc *cb;
-    void *opaque;
-} TopRequest;
 
 static void top_check_drained(TopState *s);
 
@@ -60,15 +47,12 @@ static void top_check_drained(TopState *s)
 
 static void top_request_done(void *opaque, int ret)
 {
-    TopRequest *r = opaque;
-    TopState *s = r->top->opaque;
-    BlockCompletionFunc *cb = r->cb;
-    void *cb_opaque = r->opaque;
+    BdrvRequest *r = opaque;
+    TopState *s = r->bs->opaque;
 
     s->in_flight--;
-    g_free(r);
     top_check_drained(s);
-    cb(cb_opaque, ret);
+    bdrv_req_complete(r, ret);
 }
 
 /* The active-mirror kind of a guest write, or -1 for what is no write. */
@@ -86,9 +70,10 @@ static int top_write_kind(BdrvOp op)
     }
 }
 
-static void top_dispatch(TopRequest *r)
+/* A guest request, held while drained, goes on. */
+static void top_dispatch(BdrvRequest *r)
 {
-    TopState *s = r->top->opaque;
+    TopState *s = r->bs->opaque;
     int kind = top_write_kind(r->op);
 
     s->in_flight++;
@@ -102,18 +87,10 @@ static void top_dispatch(TopRequest *r)
                     r->extents, top_request_done, r);
 }
 
-static void top_submit(BlockDriverState *top, BdrvOp op, int64_t offset,
-                       int64_t bytes, void *buf, BdrvRequestFlags flags,
-                       GArray *extents, BlockCompletionFunc *cb,
-                       void *opaque)
+static void top_submit(BlockDriverState *top, BdrvRequest *r)
 {
     TopState *s = top->opaque;
-    TopRequest *r = g_new(TopRequest, 1);
 
-    *r = (TopRequest) {
-        .top = top, .op = op, .offset = offset, .bytes = bytes, .buf = buf,
-        .flags = flags, .extents = extents, .cb = cb, .opaque = opaque,
-    };
     if (s->drain_count) {
         g_queue_push_tail(&s->held, r);
         return;
@@ -211,7 +188,7 @@ void mirror_top_drain_begin(BlockDriverState *top, void (*cb)(void *opaque),
 void mirror_top_drain_end(BlockDriverState *top)
 {
     TopState *s = top->opaque;
-    TopRequest *r;
+    BdrvRequest *r;
 
     g_assert(s->drain_count > 0);
     if (--s->drain_count) {

@@ -147,7 +147,8 @@ int drv_read(BlockDriverState *bs, int64_t offset, int64_t bytes,
 {
     Completion c = { 0 };
 
-    bs->drv->aio_preadv(bs, offset, bytes, buf, 0, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_READ, offset, bytes, buf, 0, NULL,
+                    completion_cb, &c);
     return wait_fresh(&c);
 }
 
@@ -156,7 +157,8 @@ int drv_write(BlockDriverState *bs, int64_t offset, int64_t bytes,
 {
     Completion c = { 0 };
 
-    bs->drv->aio_pwritev(bs, offset, bytes, buf, flags, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_WRITE, offset, bytes, (void *)buf, flags,
+                    NULL, completion_cb, &c);
     return wait_fresh(&c);
 }
 
@@ -165,7 +167,8 @@ int drv_zeroes(BlockDriverState *bs, int64_t offset, int64_t bytes,
 {
     Completion c = { 0 };
 
-    bs->drv->aio_pwrite_zeroes(bs, offset, bytes, flags, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_ZERO, offset, bytes, NULL, flags, NULL,
+                    completion_cb, &c);
     return wait_fresh(&c);
 }
 
@@ -173,7 +176,8 @@ int drv_discard(BlockDriverState *bs, int64_t offset, int64_t bytes)
 {
     Completion c = { 0 };
 
-    bs->drv->aio_pdiscard(bs, offset, bytes, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_DISCARD, offset, bytes, NULL, 0, NULL,
+                    completion_cb, &c);
     return wait_fresh(&c);
 }
 
@@ -181,7 +185,8 @@ int drv_flush(BlockDriverState *bs)
 {
     Completion c = { 0 };
 
-    bs->drv->aio_flush(bs, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_FLUSH, 0, 0, NULL, 0, NULL, completion_cb,
+                    &c);
     return wait_fresh(&c);
 }
 
@@ -200,7 +205,8 @@ GArray *drv_status(BlockDriverState *bs, int64_t offset,
     Completion c = { 0 };
     int64_t pos = offset;
 
-    bs->drv->aio_block_status(bs, offset, bytes, ext, completion_cb, &c);
+    bdrv_drv_submit(bs, BDRV_OP_STATUS, offset, bytes, NULL, 0, ext,
+                    completion_cb, &c);
     g_assert_cmpint(wait_fresh(&c), ==, 0);
     g_assert_cmpuint(ext->len, >, 0);
     for (guint i = 0; i < ext->len; i++) {

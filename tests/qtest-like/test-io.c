@@ -1,12 +1,14 @@
 /*
  * Unit tests of block/io.c: splitting, alignment, read-modify-write and
  * its serialisation, end-of-image clamping, the write-zeroes fallback,
- * block status defaults.  The null driver records what reaches a driver;
- * a raw file with a forced alignment checks the bytes.
+ * block status defaults, and the consistency check of driver tables.  The
+ * null driver records what reaches a driver; a raw file with a forced
+ * alignment checks the bytes.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include "block/block-int.h"
 #include "block/null.h"
 #include "tests/qtest-like/test-util.h"
 #include "util/cutils.h"
@@ -379,6 +381,178 @@ static void test_in_flight_count(void)
     g_assert_cmpuint(bdrv_get_in_flight(bs), ==, 0);
 }
 
+/* ---- driver tables (block.c's bdrv_driver_check) ---- */
+
+static void dummy_close(BlockDriverState *bs)
+{
+}
+
+static int64_t dummy_get_length(BlockDriverState *bs)
+{
+    return 0;
+}
+
+static bool dummy_open(BlockDriverState *bs, const char *spec, int flags,
+                       GHashTable *options, GError **errp)
+{
+    return true;
+}
+
+static void dummy_submit(BlockDriverState *bs, BdrvRequest *req)
+{
+}
+
+static int dummy_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       void *buf)
+{
+    return 0;
+}
+
+static int dummy_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                        const void *buf, BdrvRequestFlags flags)
+{
+    return 0;
+}
+
+static int dummy_flush(BlockDriverState *bs)
+{
+    return 0;
+}
+
+static bool dummy_can(BlockDriverState *bs)
+{
+    return true;
+}
+
+static int dummy_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                     BdrvMapping *map)
+{
+    return -ENOTSUP;
+}
+
+static void dummy_unmap(BlockDriverState *bs, BdrvMapping *map)
+{
+}
+
+static bool dummy_create(const char *filename, int64_t size,
+                         GHashTable *options, GError **errp)
+{
+    return true;
+}
+
+static const char *const dummy_opts[] = { "x", NULL };
+
+#define DUMMY_BASE \
+    .format_name = "dummy", .open = dummy_open, .close = dummy_close, \
+    .get_length = dummy_get_length
+
+/* Every registered driver passes, has open(), and a name of its own. */
+static void test_driver_registry(void)
+{
+    size_t n;
+    const BlockDriver *const *drv = bdrv_get_drivers(&n);
+    g_autoptr(GHashTable) names = g_hash_table_new(g_str_hash, g_str_equal);
+
+    g_assert_cmpuint(n, >=, 5);
+    for (size_t i = 0; i < n; i++) {
+        g_autoptr(GError) err = NULL;
+
+        g_assert_true(bdrv_driver_check(drv[i], &err));
+        g_assert_no_error(err);
+        g_assert_nonnull(drv[i]->open);
+        g_assert_true(g_hash_table_add(names, (char *)drv[i]->format_name));
+    }
+    g_assert_true(g_hash_table_contains(names, "raw"));
+    g_assert_true(g_hash_table_contains(names, "nbd"));
+}
+
+typedef struct BrokenTable {
+    const char *what;           /* a word the error must contain */
+    BlockDriver drv;
+} BrokenTable;
+
+/* Deliberately broken tables fail, each with a message that says why. */
+static void test_driver_broken(void)
+{
+    static const BlockDriver good[] = {
+        { DUMMY_BASE, .aio_submit = dummy_submit, .request_size = 64 },
+        { DUMMY_BASE, .pread = dummy_pread, .pwrite = dummy_pwrite,
+          .flush = dummy_flush, .can_map = dummy_can, .map = dummy_map,
+          .unmap = dummy_unmap, .can_copy = dummy_can },
+    };
+    static const BrokenTable broken[] = {
+        { "exactly one", { DUMMY_BASE } },
+        { "exactly one", { DUMMY_BASE, .aio_submit = dummy_submit,
+                           .pread = dummy_pread, .pwrite = dummy_pwrite } },
+        { "both pread and pwrite", { DUMMY_BASE, .pread = dummy_pread } },
+        { "both pread and pwrite", { DUMMY_BASE, .pwrite = dummy_pwrite } },
+        { "blocking shape", { DUMMY_BASE, .aio_submit = dummy_submit,
+                              .flush = dummy_flush } },
+        { "blocking shape", { DUMMY_BASE, .aio_submit = dummy_submit,
+                              .can_copy = dummy_can } },
+        { "request_size", { DUMMY_BASE, .pread = dummy_pread,
+                            .pwrite = dummy_pwrite, .request_size = 8 } },
+        { "go together", { DUMMY_BASE, .pread = dummy_pread,
+                           .pwrite = dummy_pwrite, .can_map = dummy_can } },
+        { "go together", { DUMMY_BASE, .pread = dummy_pread,
+                           .pwrite = dummy_pwrite, .map = dummy_map,
+                           .unmap = dummy_unmap } },
+        { "required", { .format_name = "dummy", .close = dummy_close,
+                        .aio_submit = dummy_submit } },
+        { "required", { .get_length = dummy_get_length,
+                        .close = dummy_close, .aio_submit = dummy_submit } },
+        { "supported_write_flags", { DUMMY_BASE, .aio_submit = dummy_submit,
+                                     .supported_write_flags =
+                                         BDRV_REQ_FUA } },
+        { "create_opts", { DUMMY_BASE, .aio_submit = dummy_submit,
+                           .create_opts = dummy_opts } },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(good); i++) {
+        g_autoptr(GError) err = NULL;
+
+        g_assert_true(bdrv_driver_check(&good[i], &err));
+        g_assert_no_error(err);
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(broken); i++) {
+        g_autoptr(GError) err = NULL;
+
+        g_assert_false(bdrv_driver_check(&broken[i].drv, &err));
+        g_assert_error(err, BLOCK_ERROR, BLOCK_ERROR_INVALID);
+        g_assert_nonnull(strstr(err->message, broken[i].what));
+        g_assert_true(g_str_has_prefix(err->message, "driver '"));
+    }
+    /* A create() makes create_opts fine. */
+    {
+        BlockDriver drv = broken[G_N_ELEMENTS(broken) - 1].drv;
+
+        drv.create = dummy_create;
+        g_assert_true(bdrv_driver_check(&drv, NULL));
+    }
+}
+
+static bool dummy_init(BlockDriverState *bs, void *data, GError **errp)
+{
+    return true;
+}
+
+/* A node of a broken table is never made: the program stops, loudly. */
+static void test_driver_broken_aborts(void)
+{
+    static const BlockDriver both = {
+        DUMMY_BASE, .aio_submit = dummy_submit, .pread = dummy_pread,
+        .pwrite = dummy_pwrite,
+    };
+
+    if (g_test_subprocess()) {
+        bdrv_new_internal(&both, "both", 0, dummy_init, NULL, NULL);
+        return;
+    }
+    g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+    g_test_trap_assert_failed();
+    g_test_trap_assert_stderr("*driver 'dummy': needs exactly one*");
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -395,5 +569,8 @@ int main(int argc, char **argv)
     g_test_add_func("/io/discard/shrinks", test_discard_shrinks);
     g_test_add_func("/io/block-status/clamp", test_block_status_clamp);
     g_test_add_func("/io/in-flight", test_in_flight_count);
+    g_test_add_func("/io/driver/registry", test_driver_registry);
+    g_test_add_func("/io/driver/broken", test_driver_broken);
+    g_test_add_func("/io/driver/broken-aborts", test_driver_broken_aborts);
     return g_test_run();
 }

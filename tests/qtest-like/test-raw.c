@@ -113,8 +113,8 @@ static void test_rw_parallel(Fixture *f, gconstpointer data)
 
     fill_pattern(wbuf, N * CHUNK, 3);
     for (int i = 0; i < N; i++) {
-        bdrv_raw.aio_pwritev(bs, (int64_t)i * CHUNK, CHUNK, wbuf + i * CHUNK,
-                             0, completion_cb, &c[i]);
+        bdrv_drv_submit(bs, BDRV_OP_WRITE, (int64_t)i * CHUNK, CHUNK,
+                        wbuf + i * CHUNK, 0, NULL, completion_cb, &c[i]);
     }
     for (int i = 0; i < N; i++) {
         g_assert_false(c[i].done);
@@ -124,8 +124,8 @@ static void test_rw_parallel(Fixture *f, gconstpointer data)
     }
     memset(c, 0, sizeof(c));
     for (int i = N - 1; i >= 0; i--) {
-        bdrv_raw.aio_preadv(bs, (int64_t)i * CHUNK, CHUNK, rbuf + i * CHUNK,
-                            0, completion_cb, &c[i]);
+        bdrv_drv_submit(bs, BDRV_OP_READ, (int64_t)i * CHUNK, CHUNK,
+                        rbuf + i * CHUNK, 0, NULL, completion_cb, &c[i]);
     }
     for (int i = 0; i < N; i++) {
         g_assert_cmpint(completion_wait(&c[i]), ==, 0);
