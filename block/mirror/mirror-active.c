@@ -1,7 +1,5 @@
 /*
- * Write-blocking mode: guest writes that the mirror-top filter hands to
- * the job are written to the source and then, with the same buffer, to
- * the target, before the guest hears back (QEMU's active mirror).
+ * Write-blocking mode (see mirror-active.h).
  *
  * An active write first waits until no operation overlaps the granules it
  * touches (and keeps background operations off them meanwhile), so the
@@ -31,21 +29,49 @@ typedef struct MirrorActiveOp {
     int ret;                    /* the source write's result */
     BlockCompletionFunc *cb;
     void *opaque;
-    GList link;                 /* in s->active_ops */
+    GList link;                 /* in MirrorActive.waiting or .running */
 } MirrorActiveOp;
+
+void mirror_active_init(MirrorActive *a)
+{
+    *a = (MirrorActive) { .synced = false };
+    g_queue_init(&a->waiting);
+    g_queue_init(&a->running);
+}
+
+bool mirror_active_has_waiting(const MirrorActive *a)
+{
+    return a->waiting.head != NULL;
+}
+
+int mirror_active_in_flight(const MirrorActive *a)
+{
+    return a->in_flight;
+}
+
+bool mirror_active_synced(const MirrorActive *a)
+{
+    return a->synced;
+}
+
+void mirror_active_set_synced(MirrorActive *a, bool synced)
+{
+    a->synced = synced;
+}
 
 bool mirror_is_write_blocking(Job *job)
 {
     MirrorJob *s = container_of(job, MirrorJob, common);
 
     return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           s->dirty && !s->finished && !s->stopping && s->ret == 0 &&
+           s->track.dirty && !s->finished && !s->stopping && s->ret == 0 &&
            !job_is_cancelled(job);
 }
 
-bool mirror_active_is_own_write(MirrorJob *s, int64_t offset, int64_t bytes)
+bool mirror_active_is_own_write(const MirrorActive *a, int64_t offset,
+                                int64_t bytes)
 {
-    for (GList *l = s->active_ops.head; l; l = l->next) {
+    for (GList *l = a->running.head; l; l = l->next) {
         MirrorActiveOp *op = l->data;
 
         if (op->writing_source && op->offset == offset &&
@@ -64,11 +90,11 @@ static bool mirror_active_overlaps(MirrorActiveOp *a, MirrorActiveOp *b)
 /* Can @op start: nothing in flight on its granules, nobody ahead? */
 static bool mirror_active_can_start(MirrorJob *s, MirrorActiveOp *op)
 {
-    if (hbitmap_count_between(s->in_flight_bitmap, op->start,
+    if (hbitmap_count_between(s->track.in_flight, op->start,
                               op->end - op->start)) {
         return false;
     }
-    for (GList *l = s->active_waiting.head; l && l->data != op;
+    for (GList *l = s->active.waiting.head; l && l->data != op;
          l = l->next) {
         if (mirror_active_overlaps(l->data, op)) {
             return false;
@@ -83,9 +109,9 @@ static void mirror_active_settle(MirrorActiveOp *op, int ret)
     BlockCompletionFunc *cb = op->cb;
     void *opaque = op->opaque;
 
-    hbitmap_reset(s->in_flight_bitmap, op->start, op->end - op->start);
-    g_queue_unlink(&s->active_ops, &op->link);
-    s->active_in_flight--;
+    hbitmap_reset(s->track.in_flight, op->start, op->end - op->start);
+    g_queue_unlink(&s->active.running, &op->link);
+    s->active.in_flight--;
     g_free(op);
     cb(opaque, ret);
     mirror_active_start_waiting(s);
@@ -98,11 +124,11 @@ static void mirror_active_target_done(void *opaque, int ret)
     MirrorJob *s = op->s;
 
     if (ret < 0) {
-        dirty_bitmap_set(s->dirty, op->start, op->end - op->start);
-        s->actively_synced = false;
+        dirty_bitmap_set(s->track.dirty, op->start, op->end - op->start);
+        s->active.synced = false;
         mirror_error(s, false, ret, op->offset, op->bytes);
-    } else if (s->zero_bitmap && op->kind == MIRROR_WRITE_DATA) {
-        hbitmap_reset(s->zero_bitmap, op->start, op->end - op->start);
+    } else if (s->track.zero && op->kind == MIRROR_WRITE_DATA) {
+        hbitmap_reset(s->track.zero, op->start, op->end - op->start);
     }
     mirror_active_settle(op, op->ret);
 }
@@ -116,43 +142,45 @@ static void mirror_active_source_done(void *opaque, int ret)
 {
     MirrorActiveOp *op = opaque;
     MirrorJob *s = op->s;
-    int64_t g = s->granularity;
+    DirtyBitmap *dirty = s->track.dirty;
+    int64_t g = s->cfg.granularity;
+    int64_t len = s->cfg.len;
     int64_t wstart = op->offset, wend = op->offset + op->bytes;
     int64_t full_start = QEMU_ALIGN_UP(op->offset, g);
-    int64_t full_end = wend == s->len ? wend : QEMU_ALIGN_DOWN(wend, g);
+    int64_t full_end = wend == len ? wend : QEMU_ALIGN_DOWN(wend, g);
 
     op->writing_source = false;
     op->ret = ret;
     /* Partly covered granules may still be copied in the background:
      * what we knew of their block status is stale now. */
-    mirror_status_written(s, op->offset, op->bytes);
+    mirror_status_written(&s->status, op->offset, op->bytes);
     if (ret < 0 || op->kind == MIRROR_WRITE_DISCARD) {
         /*
          * A failed write may have changed part of the source; after a
          * discard the source reads as old data or zeroes.  Either way the
          * background copy brings the target up to date.
          */
-        dirty_bitmap_set(s->dirty, op->offset, op->bytes);
-        s->actively_synced = false;
+        dirty_bitmap_set(dirty, op->offset, op->bytes);
+        s->active.synced = false;
         mirror_active_settle(op, ret);
         return;
     }
-    if (op->offset % g && dirty_bitmap_get(s->dirty, op->start)) {
+    if (op->offset % g && dirty_bitmap_get(dirty, op->start)) {
         wstart = MIN(op->start + g, wend);
     }
-    if (wend % g && wend != s->len &&
-        dirty_bitmap_get(s->dirty, QEMU_ALIGN_DOWN(wend - 1, g))) {
+    if (wend % g && wend != len &&
+        dirty_bitmap_get(dirty, QEMU_ALIGN_DOWN(wend - 1, g))) {
         wend = MAX(QEMU_ALIGN_DOWN(wend - 1, g), wstart);
     }
     if (full_start < full_end) {
-        dirty_bitmap_reset(s->dirty, full_start, full_end - full_start);
+        dirty_bitmap_reset(dirty, full_start, full_end - full_start);
     }
     if (wstart >= wend) {
         mirror_active_settle(op, 0);
         return;
     }
-    s->writes_since_flush++;
-    s->stats_active += wend - wstart;
+    mirror_note_target_write(s);
+    s->active.bytes += wend - wstart;
     if (op->kind == MIRROR_WRITE_ZERO) {
         bdrv_aio_pwrite_zeroes(s->dst, wstart, wend - wstart,
                                op->flags & BDRV_REQ_MAY_UNMAP,
@@ -169,7 +197,7 @@ static void mirror_active_run(MirrorActiveOp *op)
 {
     MirrorJob *s = op->s;
 
-    hbitmap_set(s->in_flight_bitmap, op->start, op->end - op->start);
+    hbitmap_set(s->track.in_flight, op->start, op->end - op->start);
     op->writing_source = true;
     switch (op->kind) {
     case MIRROR_WRITE_DATA:
@@ -189,15 +217,15 @@ static void mirror_active_run(MirrorActiveOp *op)
 
 void mirror_active_start_waiting(MirrorJob *s)
 {
-    GList *l = s->active_waiting.head;
+    GList *l = s->active.waiting.head;
 
     while (l) {
         GList *next = l->next;
         MirrorActiveOp *op = l->data;
 
         if (mirror_active_can_start(s, op)) {
-            g_queue_unlink(&s->active_waiting, l);
-            g_queue_push_tail_link(&s->active_ops, &op->link);
+            g_queue_unlink(&s->active.waiting, l);
+            g_queue_push_tail_link(&s->active.running, &op->link);
             mirror_active_run(op);
         }
         l = next;
@@ -210,22 +238,22 @@ void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
                          void *opaque)
 {
     MirrorJob *s = container_of(job, MirrorJob, common);
-    int64_t g = s->granularity;
+    int64_t g = s->cfg.granularity;
     MirrorActiveOp *op = g_new0(MirrorActiveOp, 1);
 
     g_assert(mirror_is_write_blocking(job));
     *op = (MirrorActiveOp) {
         .s = s, .kind = kind, .offset = offset, .bytes = bytes,
         .start = QEMU_ALIGN_DOWN(offset, g),
-        .end = MIN(QEMU_ALIGN_UP(offset + bytes, g), s->len),
+        .end = MIN(QEMU_ALIGN_UP(offset + bytes, g), s->cfg.len),
         .buf = buf, .flags = flags, .cb = cb, .opaque = opaque,
     };
     op->link.data = op;
-    if (bytes == 0 || offset + bytes > s->len) {
+    if (bytes == 0 || offset + bytes > s->cfg.len) {
         /* Nothing to mirror, or the source refuses it: pass it on. */
         op->end = op->start;
     }
-    s->active_in_flight++;
-    g_queue_push_tail_link(&s->active_waiting, &op->link);
+    s->active.in_flight++;
+    g_queue_push_tail_link(&s->active.waiting, &op->link);
     mirror_active_start_waiting(s);
 }
