@@ -1,23 +1,26 @@
 /*
  * The mirror job, inside: MirrorJob, made of parts with one owner each,
- * and the few functions of the job core the job-level parts call back.
+ * and the few functions of the job core that the job-level parts call.
  *
- * Leaf parts (each its own header, none includes this one):
+ * Leaf parts: each its own struct and header; none includes this one nor
+ * calls into the core but through the owner callbacks its header
+ * documents:
  *   mirror-window.h    operations and bytes in flight, the COPY slots
- *   mirror-status.h    the source's block status, cached
- *   mirror-copy.h      the copy path (buffer / view / fused), chosen once
+ *   mirror-status.h    the source's block status, cached (a callback:
+ *                      an answer came)
+ *   mirror-copy.h      the copy path (buffer / view / fused), an ops
+ *                      table chosen once at setup (MirrorCopyEnv)
  *   mirror-sparse.h    zero runs inside data (convert -S)
- *   mirror-converge.h  auto-converge
- * Job-level parts (include this header; their state has its own header):
- *   mirror-plan.h      what to do next (mirror-plan.c)
- *   mirror-op.h        the life of one operation (mirror-op.c)
- *   mirror-active.h    write-blocking mode (mirror-active.c)
- * The core (mirror.c: state machine, pump, flush, errors, the JobDriver)
- * and setup (mirror-setup.c: parameters resolved and checked, creation).
+ *   mirror-active.h    write-blocking mode (MirrorActiveOwner)
+ *   mirror-converge.h  auto-converge (MirrorConvergeOwner)
+ *   mirror-track.h     the job's bitmaps, shared through their own APIs
+ * The engine, which includes this header: the core (mirror.c: the pump,
+ * the job's state, flushes, errors, the JobDriver and a running job's
+ * API), setup (mirror-setup.c: parameters resolved and checked,
+ * creation), the planner (mirror-plan.h) and the life of an operation
+ * (mirror-op.h).  They call the core back through the functions below.
  *
  * Each part writes only its own struct; the others call its functions.
- * The job's bitmaps (MirrorTrack) are shared through their own APIs
- * (dirty-bitmap.h, util/hbitmap.h).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -33,6 +36,7 @@
 #include "block/mirror/mirror-plan.h"
 #include "block/mirror/mirror-sparse.h"
 #include "block/mirror/mirror-status.h"
+#include "block/mirror/mirror-track.h"
 #include "block/mirror/mirror-window.h"
 #include "block/mirror/mirror.h"
 #include "util/cutils.h"
@@ -62,17 +66,6 @@ typedef struct MirrorConfig {
     bool target_zero;           /* the target started out all zero */
 } MirrorConfig;
 
-/*
- * What is left to copy and what is being copied: created when the job
- * starts (mirror.c), then shared through the bitmaps' own functions.
- */
-typedef struct MirrorTrack {
-    DirtyBitmap *dirty;         /* NULL until the job starts */
-    HBitmap *in_flight;         /* granules covered by an operation */
-    HBitmap *zero;              /* granules known zero on the target, or
-                                 * NULL when the target was not zero */
-} MirrorTrack;
-
 /* Flushing the target: mirror.c only. */
 typedef struct MirrorFlush {
     bool in_flight;
@@ -93,7 +86,8 @@ struct MirrorJob {
     MirrorConfig cfg;           /* mirror-setup.c */
 
     /* The parts. */
-    MirrorTrack track;          /* mirror.c creates; shared */
+    MirrorTrack track;          /* mirror.c creates; shared (see
+                                 * mirror-track.h) */
     MirrorWindow win;           /* mirror-window.c */
     MirrorStatus status;        /* mirror-status.c */
     MirrorCopyPath copy;        /* mirror-copy.c */
@@ -128,8 +122,9 @@ struct MirrorJob {
 /* The JobDriver of mirror jobs. */
 extern const JobDriver mirror_job_driver;
 
-/* The job as auto-converge's owner. */
+/* The job as the owner of auto-converge and of the active path. */
 extern const MirrorConvergeOwner mirror_converge_owner;
+extern const MirrorActiveOwner mirror_active_owner;
 
 /* Start operations until a limit is reached, then see whether the job
  * changes state.  Every completion calls it. */

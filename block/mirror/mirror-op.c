@@ -64,7 +64,7 @@ static void mirror_op_retire(MirrorOp *op)
     hbitmap_reset(s->track.in_flight, op->offset, op->bytes);
     g_free(op);
     if (mirror_active_has_waiting(&s->active)) {
-        mirror_active_start_waiting(s);
+        mirror_active_start_waiting(&s->active);
     }
 }
 

@@ -204,7 +204,8 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     mirror_copy_path_init(&s->copy, src, dst, &s->win, s->cfg.in_order,
                           s->cfg.compress, mirror_op_copy_check,
                           mirror_op_copy_done);
-    mirror_active_init(&s->active);
+    mirror_active_init(&s->active, src, dst, s->cfg.granularity, s->cfg.len,
+                       &s->track, &s->status, &mirror_active_owner, s);
     mirror_converge_init(&s->converge, p->auto_converge, p->auto_converge_ms,
                          p->auto_converge_passes, &mirror_converge_owner, s);
     s->common.speed = p->speed;

@@ -1,16 +1,15 @@
 /*
- * The mirror job: dirty bitmap, bounded operations in flight, bulk and sync
- * stages, READY, completion and cancel.
+ * The mirror job's core: the pump, the job's state (bulk and sync stages,
+ * flushes, READY, completion, cancel, pause), the error policy, the
+ * JobDriver, and a running job as mirror.h shows it (counters, copy mode,
+ * the mirror-top filter).
  *
  * Everything runs on the main loop.  mirror_pump() is nbdcopy's
- * wait-for-request-slots loop turned inside out: it starts operations until
- * a limit is reached (max-in-flight operations, buf-size bytes of data,
- * the speed limit, free buffers) and every completion calls it again.
- *
- * An operation covers whole granules [offset, offset + bytes) (the last one
- * may end at the end of the image).  Its dirty bits are cleared when it
- * starts, before the source is read, and set again if it fails; no two
- * operations overlap (in_flight_bitmap).
+ * wait-for-request-slots loop turned inside out: it starts operations
+ * (mirror_issue_one()) until a limit is reached (the window, the speed
+ * limit, a block status fetch, waiting active writes) and every
+ * completion calls it again; then mirror_check_state() sees whether the
+ * job changes state.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -403,6 +402,30 @@ const MirrorConvergeOwner mirror_converge_owner = {
     .switch_mode    = mirror_converge_switch,
 };
 
+/* ---- the active path, as its owner ---- */
+
+static void mirror_active_target_write(void *opaque)
+{
+    mirror_note_target_write(opaque);
+}
+
+static void mirror_active_target_failed(void *opaque, int ret,
+                                        int64_t offset, int64_t bytes)
+{
+    mirror_error(opaque, false, ret, offset, bytes);
+}
+
+static void mirror_active_settled(void *opaque)
+{
+    mirror_pump(opaque);
+}
+
+const MirrorActiveOwner mirror_active_owner = {
+    .target_write   = mirror_active_target_write,
+    .target_failed  = mirror_active_target_failed,
+    .settled        = mirror_active_settled,
+};
+
 /* ---- JobDriver ---- */
 
 static void mirror_start(Job *job)
@@ -545,6 +568,15 @@ void mirror_get_stats(Job *job, MirrorStats *st)
     }
 }
 
+bool mirror_is_write_blocking(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
+           s->track.dirty && !s->finished && !s->stopping && s->ret == 0 &&
+           !job_is_cancelled(job);
+}
+
 void mirror_job_set_top(Job *job, BlockDriverState *top)
 {
     MirrorJob *s = mirror_job(job);
@@ -582,6 +614,16 @@ void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes)
 {
     mirror_converge_set(&mirror_job(job)->converge, on, after_ms, passes);
+}
+
+void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
+                         int64_t bytes, const void *buf,
+                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                         void *opaque)
+{
+    g_assert(mirror_is_write_blocking(job));
+    mirror_active_submit(&mirror_job(job)->active, kind, offset, bytes, buf,
+                         flags, cb, opaque);
 }
 
 const char *mirror_get_error_detail(Job *job)
