@@ -77,6 +77,15 @@ typedef struct MirrorFlush {
                                  * flight succeeded: READY is due */
 } MirrorFlush;
 
+/* The error policy's state: mirror.c only. */
+typedef struct MirrorErrors {
+    int ret;                    /* the first error reported: the job fails */
+    char *detail;               /* ... what, where (mirror_get_error_detail) */
+    uint64_t count;             /* failed operations so far */
+    bool failed;                /* stopped on an error (io-status) */
+    bool nospace;               /* ... on ENOSPC */
+} MirrorErrors;
+
 struct MirrorJob {
     Job common;
 
@@ -98,8 +107,9 @@ struct MirrorJob {
     MirrorConverge converge;    /* mirror-converge.c */
 
     /* The core (mirror.c). */
-    MirrorCopyMode copy_mode;   /* also mirror_change_copy_mode() */
+    MirrorCopyMode copy_mode;
     MirrorFlush flush;
+    MirrorErrors err;
     RateLimit limit;
     GSource *rate_timer;
     GSource *kick;
@@ -110,11 +120,6 @@ struct MirrorJob {
     bool stopping;              /* finishing: guests bypass the job */
     bool draining;              /* waiting for the filter to quiesce */
     bool drained;               /* the filter is quiesced */
-    int ret;                    /* first reported error */
-    char *error_detail;
-    uint64_t errors;
-    bool iostatus_failed;
-    bool iostatus_nospace;
 };
 
 /* ---- the core, as the job-level parts see it (mirror.c) ---- */

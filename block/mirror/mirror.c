@@ -83,7 +83,8 @@ static bool mirror_can_issue(MirrorJob *s)
 {
     /* Waiting active writes go first: background copies would keep them
      * waiting for ever under load. */
-    return !s->finished && s->ret == 0 && !job_is_cancelled(&s->common) &&
+    return !s->finished && s->err.ret == 0 &&
+           !job_is_cancelled(&s->common) &&
            !mirror_active_has_waiting(&s->active) &&
            !job_should_pause(&s->common) &&
            !mirror_status_pending(&s->status) &&
@@ -121,7 +122,6 @@ static void mirror_source_written(void *opaque, int64_t offset,
                                   int64_t bytes)
 {
     MirrorJob *s = opaque;
-
     int64_t g = s->cfg.granularity;
 
     if (mirror_active_is_own_write(&s->active, offset, bytes)) {
@@ -236,7 +236,7 @@ static void mirror_check_state(MirrorJob *s)
     int in_flight = mirror_window_in_flight(&s->win);
 
     if (s->flush.ready_due && !s->finished && !job_is_cancelled(job) &&
-        s->ret == 0 && !job_should_pause(job)) {
+        s->err.ret == 0 && !job_should_pause(job)) {
         /*
          * As QEMU: READY once a flush that began with nothing dirty and
          * nothing in flight succeeded, even if guests wrote meanwhile and
@@ -256,10 +256,11 @@ static void mirror_check_state(MirrorJob *s)
         return;
     }
     /* No background operation in flight: the job may change state now. */
-    if (job_is_cancelled(job) || s->ret < 0) {
+    if (job_is_cancelled(job) || s->err.ret < 0) {
         s->stopping = true;     /* new guest writes bypass the job */
         if (!mirror_active_in_flight(&s->active)) {
-            mirror_finish(s, job_is_cancelled(job) ? -ECANCELED : s->ret);
+            mirror_finish(s, job_is_cancelled(job) ? -ECANCELED
+                                                   : s->err.ret);
         }
         return;
     }
@@ -342,26 +343,26 @@ void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
         .error = -ret,
     };
 
-    s->errors++;
-    if (action == BLOCK_ERROR_ACTION_REPORT && s->ret == 0) {
+    s->err.count++;
+    if (action == BLOCK_ERROR_ACTION_REPORT && s->err.ret == 0) {
         BlockDriverState *bs = is_read ? s->src : s->dst;
 
-        s->ret = ret;
+        s->err.ret = ret;
         if (bytes) {
-            s->error_detail = g_strdup_printf(
+            s->err.detail = g_strdup_printf(
                 "%s error at offset %" PRId64 " (length %" PRId64
                 ") of '%s': %s", is_read ? "read" : "write", offset, bytes,
                 bdrv_get_filename(bs), g_strerror(-ret));
         } else {
-            s->error_detail = g_strdup_printf("flush of '%s' failed: %s",
+            s->err.detail = g_strdup_printf("flush of '%s' failed: %s",
                                               bdrv_get_filename(bs),
                                               g_strerror(-ret));
         }
     }
     job_emit(&s->common, &ev);
     if (action == BLOCK_ERROR_ACTION_STOP) {
-        s->iostatus_nospace = ret == -ENOSPC;
-        s->iostatus_failed = true;
+        s->err.nospace = ret == -ENOSPC;
+        s->err.failed = true;
         job_stop_on_error(&s->common);
     }
 }
@@ -462,7 +463,7 @@ static void mirror_resume(Job *job)
 {
     MirrorJob *s = mirror_job(job);
 
-    s->iostatus_failed = s->iostatus_nospace = false;
+    s->err.failed = s->err.nospace = false;
     mirror_kick(s);
 }
 
@@ -514,7 +515,7 @@ static void mirror_free(Job *job)
     hbitmap_free(s->track.zero);
     mirror_status_free(&s->status);
     mirror_window_free(&s->win);
-    g_free(s->error_detail);
+    g_free(s->err.detail);
     bdrv_unref(s->src);
     bdrv_unref(s->dst);
 }
@@ -550,11 +551,11 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .dirty_rate = dirty ? dirty_bitmap_rate(dirty, now) : 0,
         .copy_rate = mirror_ops_copy_rate(s, now),
         .eta_ms = -1,
-        .io_status = s->iostatus_nospace ? "nospace" :
-                     s->iostatus_failed ? "failed" : "ok",
+        .io_status = s->err.nospace ? "nospace" :
+                     s->err.failed ? "failed" : "ok",
         .copy_mode = s->copy_mode,
         .passes = mirror_plan_passes(s),
-        .errors = s->errors,
+        .errors = s->err.count,
     };
     mirror_ops_counters(s, &st->bytes_copied, &st->bytes_zeroed,
                         &st->bytes_skipped);
@@ -573,8 +574,8 @@ bool mirror_is_write_blocking(Job *job)
     MirrorJob *s = mirror_job(job);
 
     return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           s->track.dirty && !s->finished && !s->stopping && s->ret == 0 &&
-           !job_is_cancelled(job);
+           s->track.dirty && !s->finished && !s->stopping &&
+           s->err.ret == 0 && !job_is_cancelled(job);
 }
 
 void mirror_job_set_top(Job *job, BlockDriverState *top)
@@ -628,5 +629,5 @@ void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
 
 const char *mirror_get_error_detail(Job *job)
 {
-    return mirror_job(job)->error_detail;
+    return mirror_job(job)->err.detail;
 }
