@@ -1,25 +1,14 @@
 /*
- * Write-blocking mode: guest writes that the mirror-top filter hands to
- * the job are written to the source and then, with the same buffer, to
- * the target, before the guest hears back (QEMU's active mirror).
- *
- * An active write first waits until no operation overlaps the granules it
- * touches (and keeps background operations off them meanwhile), so the
- * target never receives an older copy after the newer data.  Granules it
- * covers completely become clean; a partly covered granule that is dirty
- * is left to the background copy (clearing it would lose the rest of it).
- * A failed target write dirties the range again and goes through
- * on-target-error; the guest gets the source write's result.
+ * Write-blocking mode (see mirror-active.h).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror/mirror-int.h"
-
-#include <errno.h>
+#include "block/mirror/mirror-active.h"
+#include "util/cutils.h"
 
 typedef struct MirrorActiveOp {
-    MirrorJob *s;
+    MirrorActive *a;
     MirrorWriteKind kind;
     int64_t offset;             /* the guest's range */
     int64_t bytes;
@@ -31,21 +20,53 @@ typedef struct MirrorActiveOp {
     int ret;                    /* the source write's result */
     BlockCompletionFunc *cb;
     void *opaque;
-    GList link;                 /* in s->active_ops */
+    GList link;                 /* in MirrorActive.waiting or .running */
 } MirrorActiveOp;
 
-bool mirror_is_write_blocking(Job *job)
+void mirror_active_init(MirrorActive *a, BlockDriverState *src,
+                        BlockDriverState *dst, int64_t granularity,
+                        int64_t len, MirrorTrack *track,
+                        MirrorStatus *status, const MirrorActiveOwner *owner,
+                        void *opaque)
 {
-    MirrorJob *s = container_of(job, MirrorJob, common);
-
-    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           s->dirty && !s->finished && !s->stopping && s->ret == 0 &&
-           !job_is_cancelled(job);
+    *a = (MirrorActive) {
+        .src = src,
+        .dst = dst,
+        .granularity = granularity,
+        .len = len,
+        .track = track,
+        .status = status,
+        .owner = owner,
+        .opaque = opaque,
+    };
+    g_queue_init(&a->waiting);
+    g_queue_init(&a->running);
 }
 
-bool mirror_active_is_own_write(MirrorJob *s, int64_t offset, int64_t bytes)
+bool mirror_active_has_waiting(const MirrorActive *a)
 {
-    for (GList *l = s->active_ops.head; l; l = l->next) {
+    return a->waiting.head != NULL;
+}
+
+int mirror_active_in_flight(const MirrorActive *a)
+{
+    return a->in_flight;
+}
+
+bool mirror_active_synced(const MirrorActive *a)
+{
+    return a->synced;
+}
+
+void mirror_active_set_synced(MirrorActive *a, bool synced)
+{
+    a->synced = synced;
+}
+
+bool mirror_active_is_own_write(const MirrorActive *a, int64_t offset,
+                                int64_t bytes)
+{
+    for (GList *l = a->running.head; l; l = l->next) {
         MirrorActiveOp *op = l->data;
 
         if (op->writing_source && op->offset == offset &&
@@ -56,20 +77,19 @@ bool mirror_active_is_own_write(MirrorJob *s, int64_t offset, int64_t bytes)
     return false;
 }
 
-static bool mirror_active_overlaps(MirrorActiveOp *a, MirrorActiveOp *b)
+static bool mirror_active_overlaps(MirrorActiveOp *x, MirrorActiveOp *y)
 {
-    return a->start < b->end && b->start < a->end;
+    return x->start < y->end && y->start < x->end;
 }
 
 /* Can @op start: nothing in flight on its granules, nobody ahead? */
-static bool mirror_active_can_start(MirrorJob *s, MirrorActiveOp *op)
+static bool mirror_active_can_start(MirrorActive *a, MirrorActiveOp *op)
 {
-    if (hbitmap_count_between(s->in_flight_bitmap, op->start,
+    if (hbitmap_count_between(a->track->in_flight, op->start,
                               op->end - op->start)) {
         return false;
     }
-    for (GList *l = s->active_waiting.head; l && l->data != op;
-         l = l->next) {
+    for (GList *l = a->waiting.head; l && l->data != op; l = l->next) {
         if (mirror_active_overlaps(l->data, op)) {
             return false;
         }
@@ -79,30 +99,30 @@ static bool mirror_active_can_start(MirrorJob *s, MirrorActiveOp *op)
 
 static void mirror_active_settle(MirrorActiveOp *op, int ret)
 {
-    MirrorJob *s = op->s;
+    MirrorActive *a = op->a;
     BlockCompletionFunc *cb = op->cb;
     void *opaque = op->opaque;
 
-    hbitmap_reset(s->in_flight_bitmap, op->start, op->end - op->start);
-    g_queue_unlink(&s->active_ops, &op->link);
-    s->active_in_flight--;
+    hbitmap_reset(a->track->in_flight, op->start, op->end - op->start);
+    g_queue_unlink(&a->running, &op->link);
+    a->in_flight--;
     g_free(op);
     cb(opaque, ret);
-    mirror_active_start_waiting(s);
-    mirror_pump(s);
+    mirror_active_start_waiting(a);
+    a->owner->settled(a->opaque);
 }
 
 static void mirror_active_target_done(void *opaque, int ret)
 {
     MirrorActiveOp *op = opaque;
-    MirrorJob *s = op->s;
+    MirrorActive *a = op->a;
 
     if (ret < 0) {
-        dirty_bitmap_set(s->dirty, op->start, op->end - op->start);
-        s->actively_synced = false;
-        mirror_error(s, false, ret, op->offset, op->bytes);
-    } else if (s->zero_bitmap && op->kind == MIRROR_WRITE_DATA) {
-        hbitmap_reset(s->zero_bitmap, op->start, op->end - op->start);
+        dirty_bitmap_set(a->track->dirty, op->start, op->end - op->start);
+        a->synced = false;
+        a->owner->target_failed(a->opaque, ret, op->offset, op->bytes);
+    } else if (a->track->zero && op->kind == MIRROR_WRITE_DATA) {
+        hbitmap_reset(a->track->zero, op->start, op->end - op->start);
     }
     mirror_active_settle(op, op->ret);
 }
@@ -115,50 +135,51 @@ static void mirror_active_target_done(void *opaque, int ret)
 static void mirror_active_source_done(void *opaque, int ret)
 {
     MirrorActiveOp *op = opaque;
-    MirrorJob *s = op->s;
-    int64_t g = s->granularity;
+    MirrorActive *a = op->a;
+    DirtyBitmap *dirty = a->track->dirty;
+    int64_t g = a->granularity;
     int64_t wstart = op->offset, wend = op->offset + op->bytes;
     int64_t full_start = QEMU_ALIGN_UP(op->offset, g);
-    int64_t full_end = wend == s->len ? wend : QEMU_ALIGN_DOWN(wend, g);
+    int64_t full_end = wend == a->len ? wend : QEMU_ALIGN_DOWN(wend, g);
 
     op->writing_source = false;
     op->ret = ret;
     /* Partly covered granules may still be copied in the background:
      * what we knew of their block status is stale now. */
-    mirror_status_written(s, op->offset, op->bytes);
+    mirror_status_written(a->status, op->offset, op->bytes);
     if (ret < 0 || op->kind == MIRROR_WRITE_DISCARD) {
         /*
          * A failed write may have changed part of the source; after a
          * discard the source reads as old data or zeroes.  Either way the
          * background copy brings the target up to date.
          */
-        dirty_bitmap_set(s->dirty, op->offset, op->bytes);
-        s->actively_synced = false;
+        dirty_bitmap_set(dirty, op->offset, op->bytes);
+        a->synced = false;
         mirror_active_settle(op, ret);
         return;
     }
-    if (op->offset % g && dirty_bitmap_get(s->dirty, op->start)) {
+    if (op->offset % g && dirty_bitmap_get(dirty, op->start)) {
         wstart = MIN(op->start + g, wend);
     }
-    if (wend % g && wend != s->len &&
-        dirty_bitmap_get(s->dirty, QEMU_ALIGN_DOWN(wend - 1, g))) {
+    if (wend % g && wend != a->len &&
+        dirty_bitmap_get(dirty, QEMU_ALIGN_DOWN(wend - 1, g))) {
         wend = MAX(QEMU_ALIGN_DOWN(wend - 1, g), wstart);
     }
     if (full_start < full_end) {
-        dirty_bitmap_reset(s->dirty, full_start, full_end - full_start);
+        dirty_bitmap_reset(dirty, full_start, full_end - full_start);
     }
     if (wstart >= wend) {
         mirror_active_settle(op, 0);
         return;
     }
-    s->writes_since_flush++;
-    s->stats_active += wend - wstart;
+    a->owner->target_write(a->opaque);
+    a->bytes += wend - wstart;
     if (op->kind == MIRROR_WRITE_ZERO) {
-        bdrv_aio_pwrite_zeroes(s->dst, wstart, wend - wstart,
+        bdrv_aio_pwrite_zeroes(a->dst, wstart, wend - wstart,
                                op->flags & BDRV_REQ_MAY_UNMAP,
                                mirror_active_target_done, op);
     } else {
-        bdrv_aio_pwrite(s->dst, wstart, wend - wstart,
+        bdrv_aio_pwrite(a->dst, wstart, wend - wstart,
                         (const uint8_t *)op->buf + (wstart - op->offset),
                         op->flags & BDRV_REQ_FUA, mirror_active_target_done,
                         op);
@@ -167,65 +188,63 @@ static void mirror_active_source_done(void *opaque, int ret)
 
 static void mirror_active_run(MirrorActiveOp *op)
 {
-    MirrorJob *s = op->s;
+    MirrorActive *a = op->a;
 
-    hbitmap_set(s->in_flight_bitmap, op->start, op->end - op->start);
+    hbitmap_set(a->track->in_flight, op->start, op->end - op->start);
     op->writing_source = true;
     switch (op->kind) {
     case MIRROR_WRITE_DATA:
-        bdrv_aio_pwrite(s->src, op->offset, op->bytes, op->buf, op->flags,
+        bdrv_aio_pwrite(a->src, op->offset, op->bytes, op->buf, op->flags,
                         mirror_active_source_done, op);
         break;
     case MIRROR_WRITE_ZERO:
-        bdrv_aio_pwrite_zeroes(s->src, op->offset, op->bytes, op->flags,
+        bdrv_aio_pwrite_zeroes(a->src, op->offset, op->bytes, op->flags,
                                mirror_active_source_done, op);
         break;
     case MIRROR_WRITE_DISCARD:
-        bdrv_aio_pdiscard(s->src, op->offset, op->bytes,
+        bdrv_aio_pdiscard(a->src, op->offset, op->bytes,
                           mirror_active_source_done, op);
         break;
     }
 }
 
-void mirror_active_start_waiting(MirrorJob *s)
+void mirror_active_start_waiting(MirrorActive *a)
 {
-    GList *l = s->active_waiting.head;
+    GList *l = a->waiting.head;
 
     while (l) {
         GList *next = l->next;
         MirrorActiveOp *op = l->data;
 
-        if (mirror_active_can_start(s, op)) {
-            g_queue_unlink(&s->active_waiting, l);
-            g_queue_push_tail_link(&s->active_ops, &op->link);
+        if (mirror_active_can_start(a, op)) {
+            g_queue_unlink(&a->waiting, l);
+            g_queue_push_tail_link(&a->running, &op->link);
             mirror_active_run(op);
         }
         l = next;
     }
 }
 
-void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
-                         int64_t bytes, const void *buf,
-                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
-                         void *opaque)
+void mirror_active_submit(MirrorActive *a, MirrorWriteKind kind,
+                          int64_t offset, int64_t bytes, const void *buf,
+                          BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                          void *opaque)
 {
-    MirrorJob *s = container_of(job, MirrorJob, common);
-    int64_t g = s->granularity;
+    int64_t g = a->granularity;
     MirrorActiveOp *op = g_new0(MirrorActiveOp, 1);
 
-    g_assert(mirror_is_write_blocking(job));
     *op = (MirrorActiveOp) {
-        .s = s, .kind = kind, .offset = offset, .bytes = bytes,
+        .a = a, .kind = kind, .offset = offset, .bytes = bytes,
         .start = QEMU_ALIGN_DOWN(offset, g),
-        .end = MIN(QEMU_ALIGN_UP(offset + bytes, g), s->len),
+        .end = MIN(QEMU_ALIGN_UP(offset + bytes, g), a->len),
         .buf = buf, .flags = flags, .cb = cb, .opaque = opaque,
     };
     op->link.data = op;
-    if (bytes == 0 || offset + bytes > s->len) {
+    if (bytes == 0 || offset + bytes > a->len) {
         /* Nothing to mirror, or the source refuses it: pass it on. */
         op->end = op->start;
     }
-    s->active_in_flight++;
-    g_queue_push_tail_link(&s->active_waiting, &op->link);
-    mirror_active_start_waiting(s);
+    a->in_flight++;
+    g_queue_push_tail_link(&a->waiting, &op->link);
+    mirror_active_start_waiting(a);
 }

@@ -1,16 +1,15 @@
 /*
- * The mirror job: dirty bitmap, bounded operations in flight, bulk and sync
- * stages, READY, completion and cancel.
+ * The mirror job's core: the pump, the job's state (bulk and sync stages,
+ * flushes, READY, completion, cancel, pause), the error policy, the
+ * JobDriver, and a running job as mirror.h shows it (counters, copy mode,
+ * the mirror-top filter).
  *
  * Everything runs on the main loop.  mirror_pump() is nbdcopy's
- * wait-for-request-slots loop turned inside out: it starts operations until
- * a limit is reached (max-in-flight operations, buf-size bytes of data,
- * the speed limit, free buffers) and every completion calls it again.
- *
- * An operation covers whole granules [offset, offset + bytes) (the last one
- * may end at the end of the image).  Its dirty bits are cleared when it
- * starts, before the source is read, and set again if it fails; no two
- * operations overlap (in_flight_bitmap).
+ * wait-for-request-slots loop turned inside out: it starts operations
+ * (mirror_issue_one()) until a limit is reached (the window, the speed
+ * limit, a block status fetch, waiting active writes) and every
+ * completion calls it again; then mirror_check_state() sees whether the
+ * job changes state.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -20,16 +19,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-
-void mirror_params_init(MirrorParams *p)
-{
-    *p = (MirrorParams) {
-        .sync = MIRROR_SYNC_MODE_FULL,
-        .copy_mode = MIRROR_COPY_MODE_BACKGROUND,
-        .on_source_error = BLOCKDEV_ON_ERROR_REPORT,
-        .on_target_error = BLOCKDEV_ON_ERROR_REPORT,
-    };
-}
 
 static MirrorJob *mirror_job(Job *job)
 {
@@ -51,7 +40,7 @@ static gboolean mirror_kick_cb(gpointer opaque)
 void mirror_kick(MirrorJob *s)
 {
     /* Before job_start() (set-speed in CREATED) there is nothing to do. */
-    if (!s->kick && !s->finished && s->dirty) {
+    if (!s->kick && !s->finished && s->track.dirty) {
         s->kick = bdrv_timer_new(0, mirror_kick_cb, s);
     }
 }
@@ -88,22 +77,26 @@ static void mirror_cancel_timers(MirrorJob *s)
 
 /* ---- the pump and the job's state ---- */
 
+static void mirror_check_state(MirrorJob *s);
+
 static bool mirror_can_issue(MirrorJob *s)
 {
     /* Waiting active writes go first: background copies would keep them
      * waiting for ever under load. */
-    return !s->finished && s->ret == 0 && !job_is_cancelled(&s->common) &&
-           g_queue_is_empty(&s->active_waiting) &&
-           !job_should_pause(&s->common) && !s->status_pending &&
-           !s->rate_timer && s->in_flight < s->win_max_in_flight &&
-           !s->flush_in_flight;
+    return !s->finished && s->err.ret == 0 &&
+           !job_is_cancelled(&s->common) &&
+           !mirror_active_has_waiting(&s->active) &&
+           !job_should_pause(&s->common) &&
+           !mirror_status_pending(&s->status) &&
+           !s->rate_timer && mirror_window_has_room(&s->win) &&
+           !s->flush.in_flight;
 }
 
 static void mirror_update_progress(MirrorJob *s)
 {
     s->common.progress_total = s->common.progress_current +
-                               dirty_bitmap_count(s->dirty) +
-                               s->op_bytes_in_flight;
+                               dirty_bitmap_count(s->track.dirty) +
+                               mirror_window_bytes_in_flight(&s->win);
 }
 
 void mirror_pump(MirrorJob *s)
@@ -112,7 +105,7 @@ void mirror_pump(MirrorJob *s)
         return;
     }
     s->pumping = true;
-    mirror_window_refresh(s);
+    mirror_window_refresh(&s->win, s->src, s->dst);
     while (mirror_can_issue(s) && mirror_issue_one(s)) {
         /* keep going */
     }
@@ -129,16 +122,17 @@ static void mirror_source_written(void *opaque, int64_t offset,
                                   int64_t bytes)
 {
     MirrorJob *s = opaque;
+    int64_t g = s->cfg.granularity;
 
-    if (mirror_active_is_own_write(s, offset, bytes)) {
+    if (mirror_active_is_own_write(&s->active, offset, bytes)) {
         return;     /* write-blocking: the job dirties what it must */
     }
-    dirty_bitmap_set(s->dirty, offset, bytes);
-    rate_meter_add(&s->write_rate, clock_ns(),
-                   MIN(QEMU_ALIGN_UP(offset + bytes, s->granularity),
-                       s->len) - QEMU_ALIGN_DOWN(offset, s->granularity));
-    s->actively_synced = false;
-    mirror_status_written(s, offset, bytes);
+    dirty_bitmap_set(s->track.dirty, offset, bytes);
+    mirror_converge_note_write(&s->converge,
+                               MIN(QEMU_ALIGN_UP(offset + bytes, g),
+                                   s->cfg.len) - QEMU_ALIGN_DOWN(offset, g));
+    mirror_active_set_synced(&s->active, false);
+    mirror_status_written(&s->status, offset, bytes);
     mirror_kick(s);
 }
 
@@ -152,7 +146,8 @@ static void mirror_remove_notifier(MirrorJob *s)
 
 static void mirror_finish(MirrorJob *s, int ret)
 {
-    g_assert(!s->finished && s->in_flight == 0 && s->active_in_flight == 0);
+    g_assert(!s->finished && mirror_window_in_flight(&s->win) == 0 &&
+             mirror_active_in_flight(&s->active) == 0);
     s->finished = true;
     s->stopping = true;
     if (s->top) {
@@ -165,7 +160,7 @@ static void mirror_finish(MirrorJob *s, int ret)
     }
     mirror_remove_notifier(s);
     mirror_cancel_timers(s);
-    mirror_converge_stop(s);
+    mirror_converge_stop(&s->converge);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
     job_completed(&s->common, ret, NULL);
@@ -175,17 +170,17 @@ static void mirror_flush_done(void *opaque, int ret)
 {
     MirrorJob *s = opaque;
 
-    s->flush_in_flight = false;
+    s->flush.in_flight = false;
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
     } else {
-        if (s->writes_since_flush == s->flush_mark) {
-            s->writes_since_flush = 0;
+        if (s->flush.writes_since == s->flush.mark) {
+            s->flush.writes_since = 0;
         }
-        if (s->flush_is_final) {
-            s->final_flush_done = true;
+        if (s->flush.is_final) {
+            s->flush.final_done = true;
         } else if (!s->common.ready_seen) {
-            s->ready_due = true;
+            s->flush.ready_due = true;
         }
     }
     mirror_pump(s);
@@ -193,10 +188,15 @@ static void mirror_flush_done(void *opaque, int ret)
 
 static void mirror_flush_target(MirrorJob *s)
 {
-    s->flush_in_flight = true;
-    s->flush_mark = s->writes_since_flush;
-    s->flush_is_final = s->should_complete || s->common.cancelled;
+    s->flush.in_flight = true;
+    s->flush.mark = s->flush.writes_since;
+    s->flush.is_final = s->should_complete || s->common.cancelled;
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
+}
+
+void mirror_note_target_write(MirrorJob *s)
+{
+    s->flush.writes_since++;
 }
 
 /* The filter is quiesced: guests wait while we check and switch. */
@@ -222,19 +222,21 @@ static bool mirror_ready(MirrorJob *s, bool flushed)
         return false;
     }
     job_transition_to_ready(job);
-    if (s->auto_complete) {
+    if (s->cfg.auto_complete) {
         s->should_complete = true;
-        s->final_flush_done = flushed;
+        s->flush.final_done = flushed;
     }
     return s->finished || job_is_completed(job);
 }
 
-void mirror_check_state(MirrorJob *s)
+static void mirror_check_state(MirrorJob *s)
 {
     Job *job = &s->common;
 
-    if (s->ready_due && !s->finished && !job_is_cancelled(job) &&
-        s->ret == 0 && !job_should_pause(job)) {
+    int in_flight = mirror_window_in_flight(&s->win);
+
+    if (s->flush.ready_due && !s->finished && !job_is_cancelled(job) &&
+        s->err.ret == 0 && !job_should_pause(job)) {
         /*
          * As QEMU: READY once a flush that began with nothing dirty and
          * nothing in flight succeeded, even if guests wrote meanwhile and
@@ -243,21 +245,22 @@ void mirror_check_state(MirrorJob *s)
          * READY for seconds; in-sync in query-block-jobs says whether the
          * target is behind.
          */
-        s->ready_due = false;
-        if (mirror_ready(s, !s->in_flight && !s->writes_since_flush &&
-                            !dirty_bitmap_count(s->dirty))) {
+        s->flush.ready_due = false;
+        if (mirror_ready(s, !in_flight && !s->flush.writes_since &&
+                            !dirty_bitmap_count(s->track.dirty))) {
             return;
         }
     }
-    if (s->finished || s->in_flight || s->flush_in_flight ||
-        s->status_pending || s->draining) {
+    if (s->finished || in_flight || s->flush.in_flight ||
+        mirror_status_pending(&s->status) || s->draining) {
         return;
     }
     /* No background operation in flight: the job may change state now. */
-    if (job_is_cancelled(job) || s->ret < 0) {
+    if (job_is_cancelled(job) || s->err.ret < 0) {
         s->stopping = true;     /* new guest writes bypass the job */
-        if (!s->active_in_flight) {
-            mirror_finish(s, job_is_cancelled(job) ? -ECANCELED : s->ret);
+        if (!mirror_active_in_flight(&s->active)) {
+            mirror_finish(s, job_is_cancelled(job) ? -ECANCELED
+                                                   : s->err.ret);
         }
         return;
     }
@@ -270,7 +273,7 @@ void mirror_check_state(MirrorJob *s)
         job_pause_point(job);
         return;
     }
-    if (dirty_bitmap_count(s->dirty) > 0) {
+    if (dirty_bitmap_count(s->track.dirty) > 0) {
         if (s->drained) {
             /* Written while we quiesced: let guests go, copy, retry. */
             s->drained = false;
@@ -278,12 +281,12 @@ void mirror_check_state(MirrorJob *s)
         }
         return;     /* rate limited or waiting to retry */
     }
-    if (s->writes_since_flush) {
+    if (s->flush.writes_since) {
         mirror_flush_target(s);
         return;
     }
     if (s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING) {
-        s->actively_synced = true;
+        mirror_active_set_synced(&s->active, true);
     }
     if (mirror_ready(s, true)) {
         return;
@@ -300,7 +303,7 @@ void mirror_check_state(MirrorJob *s)
          * more, even with nothing written since READY, and a failure is
          * handled by on-target-error (stop: STANDBY, resume retries).
          */
-        if (!s->final_flush_done) {
+        if (!s->flush.final_done) {
             mirror_flush_target(s);
             return;
         }
@@ -316,7 +319,7 @@ void mirror_check_state(MirrorJob *s)
 static BlockErrorAction mirror_error_action(MirrorJob *s, bool is_read,
                                             int err)
 {
-    switch (is_read ? s->on_source_error : s->on_target_error) {
+    switch (is_read ? s->cfg.on_source_error : s->cfg.on_target_error) {
     case BLOCKDEV_ON_ERROR_IGNORE:
         return BLOCK_ERROR_ACTION_IGNORE;
     case BLOCKDEV_ON_ERROR_STOP:
@@ -340,55 +343,114 @@ void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
         .error = -ret,
     };
 
-    s->errors++;
-    if (action == BLOCK_ERROR_ACTION_REPORT && s->ret == 0) {
+    s->err.count++;
+    if (action == BLOCK_ERROR_ACTION_REPORT && s->err.ret == 0) {
         BlockDriverState *bs = is_read ? s->src : s->dst;
 
-        s->ret = ret;
+        s->err.ret = ret;
         if (bytes) {
-            s->error_detail = g_strdup_printf(
+            s->err.detail = g_strdup_printf(
                 "%s error at offset %" PRId64 " (length %" PRId64
                 ") of '%s': %s", is_read ? "read" : "write", offset, bytes,
                 bdrv_get_filename(bs), g_strerror(-ret));
         } else {
-            s->error_detail = g_strdup_printf("flush of '%s' failed: %s",
+            s->err.detail = g_strdup_printf("flush of '%s' failed: %s",
                                               bdrv_get_filename(bs),
                                               g_strerror(-ret));
         }
     }
     job_emit(&s->common, &ev);
     if (action == BLOCK_ERROR_ACTION_STOP) {
-        s->iostatus_nospace = ret == -ENOSPC;
-        s->iostatus_failed = true;
+        s->err.nospace = ret == -ENOSPC;
+        s->err.failed = true;
         job_stop_on_error(&s->common);
     }
 }
+
+/* ---- auto-converge, as its owner ---- */
+
+static void mirror_converge_sample(void *opaque, int64_t now_ns,
+                                   MirrorConvergeSample *cs)
+{
+    MirrorJob *s = opaque;
+
+    *cs = (MirrorConvergeSample) {
+        .copy_rate = mirror_ops_copy_rate(s, now_ns),
+        .work_left = dirty_bitmap_count(s->track.dirty) > 0,
+        .passes = mirror_plan_passes(s),
+        .background = s->copy_mode == MIRROR_COPY_MODE_BACKGROUND &&
+                      !s->finished,
+    };
+}
+
+static void mirror_converge_switch(void *opaque, const char *reason)
+{
+    MirrorJob *s = opaque;
+    JobEvent ev = { .type = JOB_EVENT_COPY_MODE, .reason = reason };
+    g_autoptr(GError) err = NULL;
+
+    if (!mirror_change_copy_mode(&s->common, MIRROR_COPY_MODE_WRITE_BLOCKING,
+                                 &err)) {
+        g_debug("auto-converge: %s", err->message);
+        return;
+    }
+    g_debug("auto-converge: write-blocking now (%s)", reason);
+    job_emit(&s->common, &ev);
+}
+
+const MirrorConvergeOwner mirror_converge_owner = {
+    .sample         = mirror_converge_sample,
+    .switch_mode    = mirror_converge_switch,
+};
+
+/* ---- the active path, as its owner ---- */
+
+static void mirror_active_target_write(void *opaque)
+{
+    mirror_note_target_write(opaque);
+}
+
+static void mirror_active_target_failed(void *opaque, int ret,
+                                        int64_t offset, int64_t bytes)
+{
+    mirror_error(opaque, false, ret, offset, bytes);
+}
+
+static void mirror_active_settled(void *opaque)
+{
+    mirror_pump(opaque);
+}
+
+const MirrorActiveOwner mirror_active_owner = {
+    .target_write   = mirror_active_target_write,
+    .target_failed  = mirror_active_target_failed,
+    .settled        = mirror_active_settled,
+};
 
 /* ---- JobDriver ---- */
 
 static void mirror_start(Job *job)
 {
     MirrorJob *s = mirror_job(job);
-    int gbits = __builtin_ctzll(s->granularity);
+    int64_t len = s->cfg.len;
+    int gbits = __builtin_ctzll(s->cfg.granularity);
 
-    s->dirty = dirty_bitmap_new(s->len, s->granularity);
-    s->in_flight_bitmap = hbitmap_new(s->len, gbits);
-    if (s->target_zero) {
-        s->zero_bitmap = hbitmap_new(s->len, gbits);
-        hbitmap_set_all(s->zero_bitmap);
+    s->track.dirty = dirty_bitmap_new(len, s->cfg.granularity);
+    s->track.in_flight = hbitmap_new(len, gbits);
+    if (s->cfg.target_zero) {
+        s->track.zero = hbitmap_new(len, gbits);
+        hbitmap_set_all(s->track.zero);
     }
-    if (s->sync != MIRROR_SYNC_MODE_NONE) {
-        dirty_bitmap_set_all(s->dirty);
+    if (s->cfg.sync != MIRROR_SYNC_MODE_NONE) {
+        dirty_bitmap_set_all(s->track.dirty);
     }
-    dirty_bitmap_track_rate(s->dirty, true);
+    dirty_bitmap_track_rate(s->track.dirty, true);
     bdrv_add_write_notifier(s->src, mirror_source_written, s);
     s->notifier_added = true;
-    rate_meter_reset(&s->copy_rate, clock_ns());
-    rate_meter_reset(&s->write_rate, clock_ns());
-    mirror_converge_start(s);
-    bdrv_set_max_io(s->src, s->chunk_size);
-    bdrv_set_max_io(s->dst, s->chunk_size);
-    s->start_ns = clock_ns();
+    mirror_ops_start(s);
+    mirror_converge_start(&s->converge);
+    bdrv_set_max_io(s->src, s->cfg.chunk_size);
+    bdrv_set_max_io(s->dst, s->cfg.chunk_size);
     mirror_pump(s);
 }
 
@@ -401,7 +463,7 @@ static void mirror_resume(Job *job)
 {
     MirrorJob *s = mirror_job(job);
 
-    s->iostatus_failed = s->iostatus_nospace = false;
+    s->err.failed = s->err.nospace = false;
     mirror_kick(s);
 }
 
@@ -418,7 +480,7 @@ static void mirror_cancel(Job *job, bool force)
 {
     MirrorJob *s = mirror_job(job);
 
-    if (force && s->in_flight) {
+    if (force && mirror_window_in_flight(&s->win)) {
         /*
          * Abort what waits on the target (an NBD server that stopped
          * answering, say).  The source stays usable: guests still use it.
@@ -445,21 +507,15 @@ static void mirror_free(Job *job)
 {
     MirrorJob *s = mirror_job(job);
 
-    g_assert(s->in_flight == 0);
     mirror_remove_notifier(s);
     mirror_cancel_timers(s);
-    mirror_converge_stop(s);
-    dirty_bitmap_free(s->dirty);
-    hbitmap_free(s->in_flight_bitmap);
-    hbitmap_free(s->zero_bitmap);
-    if (s->status) {
-        g_array_unref(s->status);
-    }
-    if (s->status_writes) {
-        g_array_unref(s->status_writes);
-    }
-    buf_pool_free(s->bufs);
-    g_free(s->error_detail);
+    mirror_converge_stop(&s->converge);
+    dirty_bitmap_free(s->track.dirty);
+    hbitmap_free(s->track.in_flight);
+    hbitmap_free(s->track.zero);
+    mirror_status_free(&s->status);
+    mirror_window_free(&s->win);
+    g_free(s->err.detail);
     bdrv_unref(s->src);
     bdrv_unref(s->dst);
 }
@@ -474,3 +530,104 @@ const JobDriver mirror_job_driver = {
     .set_speed  = mirror_set_speed,
     .free       = mirror_free,
 };
+
+/* ---- a running job, from outside (mirror.h) ---- */
+
+void mirror_get_stats(Job *job, MirrorStats *st)
+{
+    MirrorJob *s = mirror_job(job);
+    DirtyBitmap *dirty = s->track.dirty;
+    int64_t now = clock_ns();
+
+    *st = (MirrorStats) {
+        .len = s->cfg.len,
+        .dirty_bytes = dirty ? dirty_bitmap_count(dirty) : s->cfg.len,
+        .in_flight_bytes = mirror_window_bytes_in_flight(&s->win),
+        .in_flight = mirror_window_in_flight(&s->win),
+        .granularity = s->cfg.granularity,
+        .chunk_size = s->cfg.chunk_size,
+        .buf_size = mirror_window_buf_size(&s->win),
+        .max_in_flight = mirror_window_max_in_flight(&s->win),
+        .dirty_rate = dirty ? dirty_bitmap_rate(dirty, now) : 0,
+        .copy_rate = mirror_ops_copy_rate(s, now),
+        .eta_ms = -1,
+        .io_status = s->err.nospace ? "nospace" :
+                     s->err.failed ? "failed" : "ok",
+        .copy_mode = s->copy_mode,
+        .passes = mirror_plan_passes(s),
+        .errors = s->err.count,
+    };
+    mirror_ops_counters(s, &st->bytes_copied, &st->bytes_zeroed,
+                        &st->bytes_skipped);
+    st->in_sync = dirty && st->dirty_bytes == 0 && st->in_flight == 0;
+    st->actively_synced = mirror_active_synced(&s->active);
+    if (st->in_sync) {
+        st->eta_ms = 0;
+    } else if (st->copy_rate > st->dirty_rate) {
+        st->eta_ms = (st->dirty_bytes + st->in_flight_bytes) * 1000.0 /
+                     (st->copy_rate - st->dirty_rate);
+    }
+}
+
+bool mirror_is_write_blocking(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
+           s->track.dirty && !s->finished && !s->stopping &&
+           s->err.ret == 0 && !job_is_cancelled(job);
+}
+
+void mirror_job_set_top(Job *job, BlockDriverState *top)
+{
+    MirrorJob *s = mirror_job(job);
+
+    g_assert(job->status == JOB_STATUS_CREATED);
+    g_assert(mirror_top_child(top) == s->src);
+    s->top = top;
+    mirror_top_set_job(top, job);
+}
+
+bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)
+{
+    MirrorJob *s = mirror_job(job);
+
+    if (!job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
+        return false;
+    }
+    if (mode == s->copy_mode) {
+        return true;
+    }
+    if (mode != MIRROR_COPY_MODE_WRITE_BLOCKING) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "Change to copy mode 'background' is not implemented");
+        return false;
+    }
+    /* From now on guest writes through the filter are mirrored at once;
+     * what is dirty already is copied in the background. */
+    s->copy_mode = mode;
+    mirror_active_set_synced(&s->active, false);
+    mirror_kick(s);
+    return true;
+}
+
+void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
+                              int64_t passes)
+{
+    mirror_converge_set(&mirror_job(job)->converge, on, after_ms, passes);
+}
+
+void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
+                         int64_t bytes, const void *buf,
+                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                         void *opaque)
+{
+    g_assert(mirror_is_write_blocking(job));
+    mirror_active_submit(&mirror_job(job)->active, kind, offset, bytes, buf,
+                         flags, cb, opaque);
+}
+
+const char *mirror_get_error_detail(Job *job)
+{
+    return mirror_job(job)->err.detail;
+}

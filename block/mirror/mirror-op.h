@@ -1,0 +1,88 @@
+/*
+ * The life of one mirror operation (mirror-op.c): a COPY gets the
+ * source's bytes through the copy path, waits for its turn when writes go
+ * out in order, writes the target (in pieces when zero runs of the data
+ * become zero writes), then retires; a ZERO writes zeroes.  Also what the
+ * operations achieved: the counters behind query-block-jobs and the rate
+ * at which they make the image clean.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_OP_H
+#define BLOCK_MIRROR_OP_H
+
+#include "block/mirror/mirror-copy.h"
+#include "util/cutils.h"
+#include "util/rate-meter.h"
+
+#include <glib.h>
+
+/* Largest zero operation (no buffer behind it). */
+#define MIRROR_MAX_ZERO_BYTES   (1 * GiB)
+
+typedef struct MirrorJob MirrorJob;
+
+typedef enum MirrorMethod {
+    MIRROR_METHOD_COPY,     /* read the source, write the target */
+    MIRROR_METHOD_ZERO,     /* write zeroes to the target */
+    MIRROR_METHOD_SKIP,     /* nothing to do (no operation is created) */
+} MirrorMethod;
+
+typedef struct MirrorOp {
+    MirrorJob *s;
+    MirrorMethod method;
+    int64_t offset;
+    int64_t bytes;
+    MirrorCopy copy;            /* COPY: its data */
+    bool target_was_zero;       /* the target read as zero here */
+    bool write_ready;           /* in order: read done, waiting its turn */
+    bool in_order_queue;
+    GList link;                 /* in MirrorOpList.ops */
+    GList order_link;           /* in MirrorOpList.order */
+
+    /* Writing a COPY in pieces (sparse detection). */
+    int64_t write_pos;          /* next byte to write */
+    int64_t piece_offset;       /* the piece in flight */
+    int64_t piece_bytes;
+    MirrorMethod piece_method;
+} MirrorOp;
+
+/* The operations of a job and what they achieved: mirror-op.c only. */
+typedef struct MirrorOpList {
+    GQueue ops;                 /* MirrorOp, in creation order */
+    GQueue order;               /* in order: ops whose write is not out */
+    RateMeter copy_rate;        /* bytes made clean per second */
+    int64_t copied;             /* data written to the target */
+    int64_t zeroed;             /* zeroes written to the target */
+    int64_t skipped;            /* known zero on both sides: no I/O */
+} MirrorOpList;
+
+/* Set up @s's operation list (before the copy path, which calls back). */
+void mirror_ops_init(MirrorJob *s);
+
+/* The job starts: the copy rate counts from now. */
+void mirror_ops_start(MirrorJob *s);
+
+/* The check and completion mirror_copy_path_init() wants. */
+bool mirror_op_copy_check(MirrorCopy *c, const uint8_t *buf, int64_t bytes);
+void mirror_op_copy_done(MirrorCopy *c, int ret);
+
+/*
+ * Start an operation over [offset, offset + bytes), whose dirty bits the
+ * caller has just cleared.  COPY takes ownership of the slot @buf (from
+ * mirror_window_slot_get(); NULL: a view slot).
+ */
+void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
+                     int64_t bytes, uint8_t *buf);
+
+/* [offset, offset + bytes) needs nothing (known zero on both sides): it
+ * counts as done. */
+void mirror_op_skip(MirrorJob *s, int64_t bytes);
+
+/* What the operations achieved, for query-block-jobs. */
+double mirror_ops_copy_rate(MirrorJob *s, int64_t now_ns);
+void mirror_ops_counters(MirrorJob *s, int64_t *copied, int64_t *zeroed,
+                         int64_t *skipped);
+
+#endif /* BLOCK_MIRROR_OP_H */

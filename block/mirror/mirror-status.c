@@ -1,0 +1,213 @@
+/*
+ * The source's block status, fetched lazily in large windows and cached
+ * (see mirror-status.h).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror/mirror-status.h"
+
+void mirror_status_init(MirrorStatus *st, BlockDriverState *src, int64_t len,
+                        int64_t fallback_bytes, bool skip_backing,
+                        bool allocate_zeroes, void (*fetched)(void *opaque),
+                        void *opaque)
+{
+    *st = (MirrorStatus) {
+        .src = src,
+        .len = len,
+        .fallback_bytes = fallback_bytes,
+        .skip_backing = skip_backing,
+        .allocate_zeroes = allocate_zeroes,
+        .fetched = fetched,
+        .opaque = opaque,
+    };
+}
+
+void mirror_status_free(MirrorStatus *st)
+{
+    g_assert(!st->pending);
+    if (st->extents) {
+        g_array_unref(st->extents);
+        st->extents = NULL;
+    }
+    if (st->writes) {
+        g_array_unref(st->writes);
+        st->writes = NULL;
+    }
+}
+
+/* The index of the first extent of @ext (sorted, contiguous) that ends
+ * after @offset; ext->len if none does. */
+static guint mirror_extent_index(GArray *ext, int64_t offset)
+{
+    guint lo = 0, hi = ext->len;
+
+    while (lo < hi) {
+        guint mid = lo + (hi - lo) / 2;
+        const BlockExtent *e = &g_array_index(ext, BlockExtent, mid);
+
+        if (e->offset + e->length <= offset) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+const BlockExtent *mirror_status_lookup(MirrorStatus *st, int64_t offset)
+{
+    GArray *ext = st->extents;
+    const BlockExtent *e;
+
+    if (!ext || !ext->len || offset < st->start || offset >= st->end) {
+        return NULL;
+    }
+    /* The cursor moves forward: try the last hit and the next first. */
+    for (guint i = st->idx; i < MIN(st->idx + 2, ext->len); i++) {
+        e = &g_array_index(ext, BlockExtent, i);
+        if (e->offset <= offset && offset < e->offset + e->length) {
+            st->idx = i;
+            return e;
+        }
+    }
+    st->idx = mirror_extent_index(ext, offset);
+    return st->idx < ext->len ? &g_array_index(ext, BlockExtent, st->idx)
+                              : NULL;
+}
+
+bool mirror_status_from_backing(const MirrorStatus *st, const BlockExtent *e)
+{
+    return st->skip_backing && e->depth > 0;
+}
+
+bool mirror_status_copies(const MirrorStatus *st, const BlockExtent *e)
+{
+    return !mirror_status_from_backing(st, e) &&
+           ((e->flags & BDRV_BLOCK_DATA) || !(e->flags & BDRV_BLOCK_ZERO) ||
+            st->allocate_zeroes);
+}
+
+/* Do all extents of @ext (sorted, contiguous) that overlap [offset,
+ * offset + bytes) copy? */
+static bool mirror_status_all_copy(const MirrorStatus *st, GArray *ext,
+                                   int64_t offset, int64_t bytes)
+{
+    for (guint i = mirror_extent_index(ext, offset); i < ext->len; i++) {
+        const BlockExtent *e = &g_array_index(ext, BlockExtent, i);
+
+        if (e->offset >= offset + bytes) {
+            break;
+        }
+        if (!mirror_status_copies(st, e)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Does the fresh answer @ext hold for the writes that landed while it was
+ * being fetched? */
+static bool mirror_status_survives_writes(MirrorStatus *st, GArray *ext)
+{
+    GArray *w = st->writes;
+    bool ok = !st->stale;
+
+    for (guint i = 0; ok && w && i < w->len; i++) {
+        const BlockExtent *e = &g_array_index(w, BlockExtent, i);
+
+        ok = mirror_status_all_copy(st, ext, e->offset, e->length);
+    }
+    st->stale = false;
+    if (w) {
+        g_array_set_size(w, 0);
+    }
+    return ok;
+}
+
+static void mirror_status_done(void *opaque, int ret)
+{
+    MirrorStatus *st = opaque;
+    GArray *ext = st->fetched_extents;
+
+    st->fetched_extents = NULL;
+    st->pending = false;
+    if (!mirror_status_survives_writes(st, ext)) {
+        /* A write landed while we asked: the answer may predate it. */
+        g_array_unref(ext);
+        mirror_status_invalidate(st);
+        st->fetched(st->opaque);
+        return;
+    }
+    if (ret < 0) {
+        /* Unknown: copy it (the read will report a real failure). */
+        BlockExtent e = {
+            .offset = st->fetch_offset,
+            .length = MIN(st->fallback_bytes, st->len - st->fetch_offset),
+            .flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED,
+        };
+        g_array_set_size(ext, 0);
+        g_array_append_val(ext, e);
+    }
+    if (st->extents) {
+        g_array_unref(st->extents);
+    }
+    st->extents = ext;
+    st->idx = 0;
+    st->start = g_array_index(ext, BlockExtent, 0).offset;
+    st->end = st->start;
+    for (guint i = 0; i < ext->len; i++) {
+        st->end += g_array_index(ext, BlockExtent, i).length;
+    }
+    st->fetched(st->opaque);
+}
+
+void mirror_status_fetch(MirrorStatus *st, int64_t offset)
+{
+    g_assert(!st->pending);
+    st->pending = true;
+    st->fetch_offset = offset;
+    st->fetched_extents = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+    bdrv_aio_block_status(st->src, offset,
+                          MIN(MIRROR_STATUS_WINDOW, st->len - offset),
+                          st->fetched_extents, mirror_status_done, st);
+}
+
+bool mirror_status_pending(const MirrorStatus *st)
+{
+    return st->pending;
+}
+
+void mirror_status_invalidate(MirrorStatus *st)
+{
+    if (st->extents) {
+        g_array_set_size(st->extents, 0);
+        st->start = st->end = 0;
+    }
+}
+
+void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
+{
+    /* Guests keep writing during a live mirror: dropping the window for
+     * each write would re-read the status of the whole window (on tmpfs
+     * that walks every page) after every write, so only writes over
+     * extents that do not copy drop it. */
+    if (offset < st->end && st->start < offset + bytes &&
+        !mirror_status_all_copy(st, st->extents, offset, bytes)) {
+        mirror_status_invalidate(st);
+    }
+    if (st->pending &&
+        offset < st->fetch_offset + MIRROR_STATUS_WINDOW &&
+        st->fetch_offset < offset + bytes) {
+        BlockExtent e = { .offset = offset, .length = bytes };
+
+        if (!st->writes) {
+            st->writes = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
+        }
+        if (st->writes->len < MIRROR_STATUS_MAX_WRITES) {
+            g_array_append_val(st->writes, e);
+        } else {
+            st->stale = true;
+        }
+    }
+}

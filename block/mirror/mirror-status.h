@@ -1,0 +1,101 @@
+/*
+ * The source's block status, as the mirror job sees it: fetched lazily,
+ * one window of up to MIRROR_STATUS_WINDOW at a time, and cached.
+ *
+ * The cache also decides what an extent means to the job
+ * (mirror_status_copies()), since that decides which writes make it
+ * stale: an extent that is copied whatever its length stays right
+ * whatever is written there later (a write can only turn a range into
+ * data, or by discarding into zeroes, which copying reads correctly), so
+ * guest writes drop the cache only over extents that are not copied.
+ * Writes that land while a fetch is in flight are remembered (up to
+ * MIRROR_STATUS_MAX_WRITES) and the answer is dropped if one of them
+ * falls on an extent of it that is not copied.
+ *
+ * A leaf: it knows the source node, and tells its owner through one
+ * callback that an answer came (or was dropped).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_STATUS_H
+#define BLOCK_MIRROR_STATUS_H
+
+#include "block/block.h"
+#include "util/cutils.h"
+
+/* How much block status to ask for at once. */
+#define MIRROR_STATUS_WINDOW    (1 * GiB)
+/* Writes remembered while a fetch is pending; beyond, the answer is
+ * dropped. */
+#define MIRROR_STATUS_MAX_WRITES 4096
+
+typedef struct MirrorStatus {
+    /* Fixed at mirror_status_init(). */
+    BlockDriverState *src;
+    int64_t len;
+    int64_t fallback_bytes;     /* an extent of data, when a fetch fails */
+    bool skip_backing;          /* sync=top: extents from below: skipped */
+    bool allocate_zeroes;       /* zero extents copied as data */
+    void (*fetched)(void *opaque);
+    void *opaque;
+
+    /* The cache: BlockExtent over [start, end), sorted, contiguous. */
+    GArray *extents;
+    int64_t start;
+    int64_t end;
+    guint idx;                  /* the last hit */
+
+    /* The fetch in flight. */
+    bool pending;
+    int64_t fetch_offset;
+    GArray *fetched_extents;
+    GArray *writes;             /* BlockExtent: written while pending */
+    bool stale;                 /* too many of them: drop the answer */
+} MirrorStatus;
+
+/*
+ * Set up @st for @src (of @len bytes).  @fetched_bytes: the length of
+ * data assumed where a fetch fails (the read then reports a real
+ * failure); @skip_backing: sync=top, extents from a backing file are not
+ * copied; @allocate_zeroes: zero extents are copied as data.
+ * @fetched(@opaque) runs on the main loop after every fetch, with the
+ * answer in the cache or dropped; the owner looks up again.
+ */
+void mirror_status_init(MirrorStatus *st, BlockDriverState *src, int64_t len,
+                        int64_t fallback_bytes, bool skip_backing,
+                        bool allocate_zeroes, void (*fetched)(void *opaque),
+                        void *opaque);
+
+/* Release the cache; no fetch may be in flight. */
+void mirror_status_free(MirrorStatus *st);
+
+/*
+ * The cached extent that holds @offset, or NULL when the cache does not
+ * cover it: then start a fetch with mirror_status_fetch() (unless one is
+ * pending) and look again after the callback.
+ */
+const BlockExtent *mirror_status_lookup(MirrorStatus *st, int64_t offset);
+
+/* Ask for the block status of up to MIRROR_STATUS_WINDOW from @offset;
+ * none may be pending. */
+void mirror_status_fetch(MirrorStatus *st, int64_t offset);
+
+/* Is a fetch in flight? */
+bool mirror_status_pending(const MirrorStatus *st);
+
+/* Is what @e describes copied (COPY), whatever its length?  Otherwise it
+ * is skipped (sync=top, from below) or zeroed. */
+bool mirror_status_copies(const MirrorStatus *st, const BlockExtent *e);
+
+/* Is @e provided by a backing file that sync=top leaves alone? */
+bool mirror_status_from_backing(const MirrorStatus *st, const BlockExtent *e);
+
+/* Forget the cache. */
+void mirror_status_invalidate(MirrorStatus *st);
+
+/* The source was written at [offset, offset + bytes): what is cached, or
+ * about to be, may be stale there. */
+void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes);
+
+#endif /* BLOCK_MIRROR_STATUS_H */

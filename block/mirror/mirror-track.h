@@ -1,0 +1,25 @@
+/*
+ * What the mirror job has left to copy and what is being copied: its
+ * three bitmaps, created when the job starts (mirror.c) and shared by the
+ * parts that plan, run and block on operations through the bitmaps' own
+ * functions (dirty-bitmap.h, util/hbitmap.h).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_TRACK_H
+#define BLOCK_MIRROR_TRACK_H
+
+#include "block/mirror/dirty-bitmap.h"
+#include "util/hbitmap.h"
+
+typedef struct MirrorTrack {
+    DirtyBitmap *dirty;         /* granules to copy; NULL until the job
+                                 * starts */
+    HBitmap *in_flight;         /* granules covered by an operation or an
+                                 * active write: no other may start there */
+    HBitmap *zero;              /* granules known zero on the target, or
+                                 * NULL when the target was not zero */
+} MirrorTrack;
+
+#endif /* BLOCK_MIRROR_TRACK_H */
