@@ -37,8 +37,9 @@
 #   run: a row with the default buf-size (it follows the NBD connections
 #   taking requests and the server's latency, at most 64M) logs its window
 #   (G_MESSAGES_DEBUG=mirror-block), and each run is held to its largest.
-# Environment: RUNS (5), WORKLOADS ("W1 W2 W3"), W1_SIZE (8G), W2_GIB (1),
-# W3_GIB (2), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
+# Environment: RUNS (5), WORKLOADS ("W1 W2 W3"), W1_SIZE (8G), W2_SIZE (1G;
+# any size head -c takes, e.g. 512M; W2_GIB=N is W2_SIZE=NG), W3_SIZE (2G;
+# W3_GIB likewise), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
 # MIRROR_EXTRA (';'-separated option sets, one extra -W row each), MIRROR_TOOL,
 # PREFAULT (1), NBDKIT_THREADS (nbdkit's default, 16 per connection),
 # SWEEP_CHUNKS ("256K 1M 4M"), SWEEP_M ("16 64"), SWEEP_CONNS ("1 4").
@@ -47,7 +48,8 @@ set -euo pipefail
 MODE=${1:-compare}
 RUNS=${RUNS:-5}
 WORKLOADS=${WORKLOADS:-"W1 W2 W3"}
-W1_SIZE=${W1_SIZE:-8G} W2_GIB=${W2_GIB:-1} W3_GIB=${W3_GIB:-2}
+W1_SIZE=${W1_SIZE:-8G}
+W2_SIZE=${W2_SIZE:-${W2_GIB:-1}G} W3_SIZE=${W3_SIZE:-${W3_GIB:-2}G}
 DELAY=${DELAY:-10ms}
 SEED=${SEED:-42}
 TIMEOUT=${TIMEOUT:-300}
@@ -291,8 +293,8 @@ report() {
 }
 
 # --- main -------------------------------------------------------------------
-echo "# nbd.sh mode=$MODE RUNS=$RUNS WORKLOADS='$WORKLOADS' W1_SIZE=$W1_SIZE W2_GIB=$W2_GIB" \
-    "W3_GIB=$W3_GIB DELAY=$DELAY BUF_SIZE=${BUF_SIZE:-default($DEFAULT_BUF)}" \
+echo "# nbd.sh mode=$MODE RUNS=$RUNS WORKLOADS='$WORKLOADS' W1_SIZE=$W1_SIZE W2_SIZE=$W2_SIZE" \
+    "W3_SIZE=$W3_SIZE DELAY=$DELAY BUF_SIZE=${BUF_SIZE:-default($DEFAULT_BUF)}" \
     "NBDKIT_THREADS=${NBDKIT_THREADS:-default(16/connection)}"
 echo "# machine: nproc=$(nproc), $(uname -srm), $(awk '/MemTotal/ { printf "%.1f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
 echo "# versions: $("$MT" --version 2>&1 | head -1) ($MT_SRC, sha256" \
@@ -310,10 +312,11 @@ echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 for w in $WORKLOADS; do
     if [[ $w != W1 ]]; then
-        gib=$W2_GIB; [[ $w == W3 ]] && gib=$W3_GIB
-        log "$w: creating a $gib GiB random source and target template..."
-        make_full "$SCRATCH/src" "$gib" $((SEED + 2))
-        make_full "$SCRATCH/tmpl" "$gib" $((SEED + 3))
+        size=$W2_SIZE; [[ $w == W3 ]] && size=$W3_SIZE
+        log "$w: creating a $size random source and target template..."
+        randstream $((SEED + 2)) | head -c "$size" >"$SCRATCH/src"
+        randstream $((SEED + 3)) | head -c "$size" >"$SCRATCH/tmpl"
+        [[ $(stat -c %s "$SCRATCH/src") -gt 0 ]] || die "bad size '$size'"
     fi
     log "$w: $(server_args "$w")"
     bench_workload "$w"
@@ -323,8 +326,8 @@ done
 for w in $WORKLOADS; do
     case $w in
     W1) t="W1: sparse-random size=$W1_SIZE percent=30 copied onto itself" ;;
-    W2) t="W2: $W2_GIB GiB random file -> nbdkit file, delay-write/read=$DELAY" ;;
-    W3) t="W3: $W3_GIB GiB random file -> nbdkit file" ;;
+    W2) t="W2: $W2_SIZE random file -> nbdkit file, delay-write/read=$DELAY" ;;
+    W3) t="W3: $W3_SIZE random file -> nbdkit file" ;;
     esac
     report "$w" "$t"
 done

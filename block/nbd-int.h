@@ -44,12 +44,8 @@ typedef struct NbdBlkConn NbdBlkConn;
 /* Which connections take requests (nbd-spread.c). */
 typedef enum NbdBlkSpread {
     NBDBLK_SPREAD_FIXED,        /* decided: nr_active stays */
-    NBDBLK_SPREAD_WARMUP,       /* one connection, before the trial */
-    NBDBLK_SPREAD_TRY_ONE,      /* trial window on one connection */
-    NBDBLK_SPREAD_CONNECT,      /* slow answers: connect the others */
-    NBDBLK_SPREAD_CONNECTING,   /* their handshakes are going on */
-    NBDBLK_SPREAD_WARMUP_ALL,   /* all of them, before their window */
-    NBDBLK_SPREAD_TRY_ALL,      /* trial window on all of them */
+    NBDBLK_SPREAD_CONNECTING,   /* latency-bound: the others' handshakes
+                                 * are going on */
 } NbdBlkSpread;
 
 typedef enum NbdBlkOp {
@@ -101,6 +97,7 @@ struct NbdBlkConn {
     bool connecting;            /* started from a dispatch, its GSource
                                  * driving the handshake: not one of the
                                  * node's connections yet */
+    uint64_t replies;           /* requests answered here (introspection) */
 };
 
 struct NbdBlkState {
@@ -113,13 +110,10 @@ struct NbdBlkState {
     int nr_planned;             /* at most this many (bl.channels) */
     int nr_active;              /* conns[0..nr_active) take requests */
     NbdBlkSpread spread;
-    bool latency_bound;         /* the open-time probe was slow, or a
-                                 * trial found more connections faster */
-    int64_t trial_bytes;        /* completed in the current phase */
-    int64_t trial_start_ns;     /* when the current phase began */
-    int64_t trial_min_ns;       /* quickest answer in the current phase */
-    double trial_rate_one;      /* bytes per ns of the one-connection window */
-    void *probe_buf;            /* the open-time probe's, freed at close */
+    bool asked;                 /* connections=N given: all from the start */
+    bool latency_bound;         /* the idle read of open was not answered
+                                 * within NBDBLK_SPREAD_LATENCY_NS */
+    void *probe_buf;            /* the idle read's, freed at close */
     int probe_state;            /* 0 in flight, 1 done, -1 failed */
 
     int64_t size;
@@ -176,7 +170,8 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
  * each in the direction libnbd wants, then what was ready handed to
  * libnbd.  -1 when poll() fails or conns[0]'s handle fails (the others
  * failing leaves them dead, for their owner to see); 0 otherwise, also
- * when a signal cut the poll short.  Not for handles that have a GSource.
+ * when a signal cut the poll short.  A handle that has a GSource only
+ * from a dispatch of the node's (its prepare() looks at the handle again).
  */
 int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms);
 
@@ -223,12 +218,12 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 /* ---- nbd-spread.c: which connections take requests ---- */
 
 /*
- * At open, with the first connection made and s->nr_planned set: an idle
- * read of one block at offset 0 sets s->latency_bound when it shows the
- * server's latency.  With @asked (the count was given) or a latency-bound
- * server, the other connections are made now (blocking) and all take
- * requests; otherwise only the first, and the data path decides later
- * whether to make the others.
+ * At open, with the first connection made and s->nr_planned set, before
+ * the GSources are attached: with @asked (the count was given) the other
+ * connections are made now (blocking) and all take requests; otherwise
+ * the first alone does for now.  Then, either way, the idle read of one
+ * block at offset 0 is sent, not waited for: nbdblk_spread_dispatch()
+ * decides on it (nbd-spread.c).
  */
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
@@ -261,11 +256,12 @@ void nbdblk_connect_join(NbdBlkState *s);
 void nbdblk_connect_more(NbdBlkState *s);
 
 /*
- * From a dispatch, no libnbd lock held: start the connections a trial
- * asked for (NBDBLK_SPREAD_CONNECT), with GSources that drive their
- * handshakes without blocking the main loop; once none is connecting any
- * more, those ready join the node and the trial goes on.  A no-op in the
- * other phases.
+ * From a dispatch, no libnbd lock held: once the idle read of open is
+ * answered, or is not within NBDBLK_SPREAD_LATENCY_NS, decide; a
+ * latency-bound server with others to make gets them started, with
+ * GSources that drive their handshakes without blocking the main loop,
+ * and once none is connecting any more, those ready join the node and
+ * take requests.  A no-op once decided.
  */
 void nbdblk_spread_dispatch(NbdBlkState *s);
 
@@ -273,8 +269,8 @@ void nbdblk_spread_dispatch(NbdBlkState *s);
  * requests (ties rotate), or NULL. */
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s);
 
-/* @req's reply arrived (req->ret set): count it in the trial, and move
- * the trial on.  Called with the handle lock held: no nbd_* calls. */
+/* @req's reply arrived (req->ret set): count it on its connection.
+ * Called with the handle lock held: no nbd_* calls. */
 void nbdblk_spread_done(NbdBlkReq *req);
 
 /* ---- nbd-io.c ---- */

@@ -4,8 +4,9 @@
  * handle synchronously (the control path may block), reads the export's
  * size, flags and block size constraints, and when the server advertises
  * multi-conn opens up to "connections" handles (default: one per CPU, at
- * most 4; with the default count only the first takes requests until the
- * server shows latency, block/nbd-spread.c).  From then on every handle
+ * most 4; with the default count the others only when the server does not
+ * answer an idle read within 2 ms, without delaying the start,
+ * block/nbd-spread.c).  From then on every handle
  * is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
@@ -322,20 +323,19 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     /*
      * Per connection.  A latency-bound server's workers (nbdkit: 16 per
      * connection) sit out the latency with a request each; one more
-     * queued behind each starts the moment it finishes.  bench/nbd.sh W2
-     * (10 ms, 2 connections): 16 MiB in flight 0.95-1.0 s, 32 MiB
-     * 0.58-0.88 s, 64 MiB 0.54-0.59 s, 96 or 128 MiB no faster.  A server
-     * that answers within a millisecond needs a few MiB at a few GB/s;
-     * more only spreads the data over more cache and more first touches,
-     * ours and its workers' (W3: 8 MiB 0.733 s against 16 MiB 0.777 s,
-     * 7 runs each; mirror-tool start 0.741 s against 0.770 s).
+     * queued behind each starts the moment it finishes, and more than
+     * that only waits.  A server that answers within a millisecond needs
+     * a few MiB in flight at a few GB/s; more only spreads the data over
+     * more cache and more first touches, ours and its workers'
+     * (bench/README.md, "The window follows the server").  The most the
+     * node may ask for is the deep window until it is known quick.
      */
     bl->window_bytes = s->latency_bound || s->spread != NBDBLK_SPREAD_FIXED
                        ? NBDBLK_WINDOW_LATENCY : NBDBLK_WINDOW_FAST;
 }
 
-/* The deep window once the server is known to be latency-bound: at open,
- * or when a trial found the other connections faster (nbd-spread.c). */
+/* The deep window once the server is known to be latency-bound: its idle
+ * read of open went unanswered for 2 ms (nbd-spread.c). */
 static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
@@ -344,10 +344,8 @@ static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
 }
 
 /*
- * The connections taking requests.  A window sized for all of them
- * against a server that answers at once only cost: W3 of bench/nbd.sh
- * (one connection taking requests) 0.76 s with 16 MiB in flight, 0.82 s
- * with 32; W1 1.27 s against 1.34.
+ * The connections taking requests: a window sized for all of them against
+ * a server that answers at once on one would only cost.
  */
 static uint32_t nbdblk_get_active_channels(BlockDriverState *bs)
 {
@@ -385,16 +383,17 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
     }
     nbdblk_info_add(sp, "tls: %s", uri->tls ? "yes" : "no");
     nbdblk_info_add(sp, "read-only: %s", s->read_only ? "yes" : "no");
-    if (s->nr_conns < s->nr_planned && s->spread != NBDBLK_SPREAD_FIXED) {
+    if (s->nr_conns < s->nr_planned) {
         nbdblk_info_add(sp, "connections: %d (up to %d)", s->nr_conns,
                         s->nr_planned);
     } else {
         nbdblk_info_add(sp, "connections: %d", s->nr_conns);
     }
     nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
-                    s->spread == NBDBLK_SPREAD_FIXED || s->nr_planned == 1
-                    ? "" : " (more if a trial on the data path finds them "
-                    "faster)");
+                    s->spread == NBDBLK_SPREAD_FIXED
+                    ? "" : " (all once their handshakes are through)");
+    nbdblk_info_add(sp, "latency-bound: %s",
+                    s->latency_bound ? "yes (deep window)" : "no");
     nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");
     nbdblk_info_add(sp, "block size: minimum %u, preferred %u, maximum %u "
                     "(0: not advertised)", s->min_block, s->pref_block,

@@ -126,14 +126,23 @@ int nbdblk_get_connections(BlockDriverState *bs);
 
 /*
  * How many of them take requests right now (block/nbd-spread.c): all when
- * the count was asked for, the server has shown latency or the trial found
- * them faster; 1 otherwise; less those retired since (dead, their requests
- * moved to the others).  0 if @bs is not an NBD node.
+ * the count was asked for or the server has shown latency (once the
+ * others are through their handshakes); 1 otherwise; less those retired
+ * since (dead, their requests moved to the others).  0 if @bs is not an
+ * NBD node.
  */
 int nbdblk_get_active_connections(BlockDriverState *bs);
 
-/* Whether that number is final (no trial pending or running). */
+/* Whether that number is final (the idle read of open answered or late,
+ * and the connections that follow from it made). */
 bool nbdblk_spread_decided(BlockDriverState *bs);
+
+/*
+ * Introspection for tests: requests answered on connection @index of @bs
+ * (an open "nbd" node), in the order the connections were made; 0 for an
+ * index past them.
+ */
+uint64_t nbdblk_get_replies(BlockDriverState *bs, int index);
 
 /*
  * Introspection for tests: requests of @bs issued to libnbd and holding a

@@ -263,9 +263,6 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     in_memory = fd_in_memory(s->fd);
     s->can_map = in_memory && !env_is_off("QEMU_MIRROR_MAP");
     s->map_forced = env_is_on("QEMU_MIRROR_MAP");
-    if (s->can_map && !s->map_forced) {
-        raw_views_probe_early();        /* 2-3 ms, off the copy's start */
-    }
     s->can_copy = in_memory && !env_is_off("QEMU_MIRROR_COPY");
     /* Its I/O never waits for a device: run it as CPU work, one worker
      * per CPU taking requests back to back, instead of a thread for each
