@@ -41,6 +41,8 @@
 # any size head -c takes, e.g. 512M; W2_GIB=N is W2_SIZE=NG), W3_SIZE (2G;
 # W3_GIB likewise), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
 # MIRROR_EXTRA (';'-separated option sets, one extra -W row each), MIRROR_TOOL,
+# MIRROR_TOOL_B (a second binary, e.g. the code before a change: rows
+# "B: mirror-tool -W" and "B: mirror-tool" beside the others, same rounds),
 # PREFAULT (1), NBDKIT_THREADS (nbdkit's default, 16 per connection),
 # SWEEP_CHUNKS ("256K 1M 4M"), SWEEP_M ("16 64"), SWEEP_CONNS ("1 4").
 set -euo pipefail
@@ -86,12 +88,30 @@ STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
 # Test a private copy: a rebuild during the run must not change the binary.
 MT=$SCRATCH/mirror-tool
 cp "$MT_SRC" "$MT"
+MTB=
+if [[ -n ${MIRROR_TOOL_B:-} ]]; then
+    [[ -x $MIRROR_TOOL_B ]] || die "MIRROR_TOOL_B=$MIRROR_TOOL_B: not executable"
+    MTB=$SCRATCH/mirror-tool-b
+    cp "$MIRROR_TOOL_B" "$MTB"
+fi
+# add_b_row LABEL ARGS: a row of the second binary, held to the limits of a
+# mirror-tool row (add_row takes only $MT's rows for mirror-tool's).
+add_b_row() {
+    local last
+    add_row "$1" "$MT $2"
+    last=$((${#CMD[@]} - 1))
+    CMD[last]=${CMD[last]/#$MT/$MTB}
+}
 
 BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
 if [[ $MODE == compare ]]; then
     add_row "mirror-tool -W" "$MT convert -n -W $BUFOPT"
     add_row "mirror-tool" "$MT convert -n $BUFOPT"
     add_extra_rows "mirror-tool -W" "$MT convert -n -W $BUFOPT"
+    if [[ -n $MTB ]]; then
+        add_b_row "B: mirror-tool -W" "convert -n -W $BUFOPT"
+        add_b_row "B: mirror-tool" "convert -n $BUFOPT"
+    fi
     if [[ ${FLOOR:-1} != 0 ]]; then
         need cc
         cc -O2 -pthread -o "$SCRATCH/nbd-floor" "$ROOT/bench/nbd-floor.c" ||
@@ -304,7 +324,9 @@ echo "# servers: nbdkit -U - [--threads N] PLUGIN ARGS --run 'TOOL SRC \"\$uri\"
 for w in $WORKLOADS; do echo "#   $w: nbdkit -U - $(server_args "$w" | sed "s|$SCRATCH|\$SCRATCH|g")"; done
 echo "# commands (followed by SRC DST: W1 \"\$uri\" \"\$uri\", W2/W3 \$SCRATCH/src \"\$uri\"):"
 for ((k = 0; k < NROWS; k++)); do
-    printf '#   %-50s %s\n' "${LABEL[k]}:" "${CMD[k]/$MT/mirror-tool}"
+    c=${CMD[k]}
+    [[ -z $MTB ]] || c=${c/#$MTB/mirror-tool(B)}
+    printf '#   %-50s %s\n' "${LABEL[k]}:" "${c/#$MT/mirror-tool}"
 done
 
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -41,13 +41,6 @@
 typedef struct NbdBlkState NbdBlkState;
 typedef struct NbdBlkConn NbdBlkConn;
 
-/* Which connections take requests (nbd-spread.c). */
-typedef enum NbdBlkSpread {
-    NBDBLK_SPREAD_FIXED,        /* decided: nr_active stays */
-    NBDBLK_SPREAD_CONNECTING,   /* latency-bound: the others' handshakes
-                                 * are going on */
-} NbdBlkSpread;
-
 typedef enum NbdBlkOp {
     NBDBLK_OP_READ,
     NBDBLK_OP_WRITE,
@@ -94,9 +87,6 @@ struct NbdBlkConn {
     int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
     int64_t quiet_since_ns;     /* last reply, or the first request after
                                  * none were in flight (io-timeout) */
-    bool connecting;            /* started from a dispatch, its GSource
-                                 * driving the handshake: not one of the
-                                 * node's connections yet */
     uint64_t replies;           /* requests answered here (introspection) */
 };
 
@@ -108,9 +98,6 @@ struct NbdBlkState {
     int nr_starting;            /* conns[nr_conns..+nr_starting) are
                                  * connecting (nbdblk_connect_start_more()) */
     int nr_planned;             /* at most this many (bl.channels) */
-    int nr_active;              /* conns[0..nr_active) take requests */
-    NbdBlkSpread spread;
-    bool asked;                 /* connections=N given: all from the start */
     bool latency_bound;         /* the idle read of open was not answered
                                  * within NBDBLK_SPREAD_LATENCY_NS */
     void *probe_buf;            /* the idle read's, freed at close */
@@ -140,7 +127,6 @@ struct NbdBlkState {
     int64_t nr_retried;         /* requests issued again after that */
     int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
     int io_timeout;             /* seconds, 0: none ("io-timeout") */
-    int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
 
 /* The connect timeout in ns, 0 for none. */
@@ -219,54 +205,16 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 
 /*
  * At open, with the first connection made and s->nr_planned set, before
- * the GSources are attached: with @asked (the count was given) the other
- * connections are made now (blocking) and all take requests; otherwise
- * the first alone does for now.  Then, either way, the idle read of one
- * block at offset 0 is sent, not waited for: nbdblk_spread_dispatch()
- * decides on it (nbd-spread.c).
+ * the GSources are attached: decide from an idle read, waited for at most
+ * 2 ms, whether the server is latency-bound (s->latency_bound), and make
+ * the connections that take requests (all of them when latency-bound or
+ * @asked, the count given; the first only otherwise).  Blocking, for at
+ * most the connect timeout (nbd-spread.c).
  */
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
-/*
- * Start connecting (nbdblk_conn_start()) the connections up to
- * s->nr_planned not made or started yet, as conns[nr_conns..+nr_starting).
- * nbdblk_connect_more() finishes them at open; from a dispatch, their
- * GSources drive them.  nbdblk_connect_drop_started() closes them (and
- * destroys their sources).
- */
-void nbdblk_connect_start_more(NbdBlkState *s);
-void nbdblk_connect_drop_started(NbdBlkState *s);
-
-/* Drive the started connections until none is connecting (blocking). */
-void nbdblk_connect_wait_started(NbdBlkState *s);
-
-/*
- * The started connections are done connecting: those ready, up to the
- * first that is not (or does not match the first connection), join the
- * node (with their GSources, if they have them); the rest are closed.
- * More connections are an optimisation: one that cannot be made (a client
- * limit, say) ends the attempt and keeps those there are.
- */
-void nbdblk_connect_join(NbdBlkState *s);
-
-/*
- * At open: make connections up to s->nr_planned, all at once, blocking
- * (start, wait, join).
- */
-void nbdblk_connect_more(NbdBlkState *s);
-
-/*
- * From a dispatch, no libnbd lock held: once the idle read of open is
- * answered, or is not within NBDBLK_SPREAD_LATENCY_NS, decide; a
- * latency-bound server with others to make gets them started, with
- * GSources that drive their handshakes without blocking the main loop,
- * and once none is connecting any more, those ready join the node and
- * take requests.  A no-op once decided.
- */
-void nbdblk_spread_dispatch(NbdBlkState *s);
-
-/* The live connection among the active ones with the fewest counted
- * requests (ties rotate), or NULL. */
+/* The live connection with the fewest counted requests (ties rotate), or
+ * NULL. */
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s);
 
 /* @req's reply arrived (req->ret set): count it on its connection.

@@ -17,40 +17,37 @@
  *
  * What tells the two apart is the server's latency, and nothing in the
  * handshake gives it (a delay filter on a UNIX socket is as slow as a WAN
- * link).  So the rule is fixed, and the one thing it needs is looked at
- * for no longer than it takes to tell:
+ * link).  So the rule is fixed, decided at open, and the one thing it
+ * needs is looked at for no longer than it takes to tell:
  *
- * - At open, right after the first handshake, one idle read of a block at
- *   offset 0 is sent and waited for at most NBDBLK_SPREAD_LATENCY_NS.
- *   With multi-conn the other connections are started at the same moment
- *   (nbdkit starts a connection's threads before it answers NBD_OPT_GO:
- *   quickly on an idle server, many times slower beside a busy
- *   connection).
+ * - Right after the first handshake, one idle read of a block at offset 0
+ *   is sent and waited for at most NBDBLK_SPREAD_LATENCY_NS; with
+ *   multi-conn the other connections' handshakes start at the same
+ *   moment.
  * - Answered within that time: the server is quick when it is free.  The
  *   node stays on its first connection with the shallow window
  *   (NBDBLK_WINDOW_FAST, nbd.c) for good; the others, barely started,
  *   are closed.
  * - Not answered: the server is latency-bound.  The node asks for the
- *   deep window (NBDBLK_WINDOW_LATENCY) at once and returns; the copy
- *   starts on the first connection, the others' handshakes go on, driven
- *   by their GSources so that the main loop never waits on them, and
- *   they take requests as soon as they are all through
- *   (nbdblk_spread_dispatch()).  A server with no others to make (no
- *   multi-conn, a count of 1, or they cannot be made) gets the deep
- *   window on its one connection.
- * - A count asked for (connections=N) is made at open and every one of
- *   them takes requests from the start; the idle read decides the window
- *   only.
+ *   deep window (NBDBLK_WINDOW_LATENCY), and open waits for the others'
+ *   handshakes, which began beside the read: every connection then takes
+ *   requests from the first.  Not waiting lets the copy start a few ms
+ *   sooner on one connection, but nbdkit answers a handshake many times
+ *   slower once its first connection is busy, and the copy was slower for
+ *   it.  A server with no others to make (no multi-conn, a count of 1, or
+ *   they cannot be made) gets the deep window on its one connection.
+ * - A count asked for (connections=N) is made and every connection takes
+ *   requests from the start; the idle read decides the window only.
  *
  * The threshold is far from both kinds: a local server answers a 4 KiB
  * read within tens of microseconds to half a millisecond, a delay filter
- * or a remote link in milliseconds; and the wait costs a quick server its
- * answer time, a slow one NBDBLK_SPREAD_LATENCY_NS, where the read used
- * to be waited for in full and the copy then ran a trial of 128 MiB on
- * the data path before making the others.  A stall on our side (the
- * process not running when the answer came) makes a quick server look
- * slow, which only gives it every connection and the deep window, what
- * nbdcopy uses everywhere; no decision is taken back.
+ * or a remote link in milliseconds.  The wait costs a quick server its
+ * answer time, a slow one NBDBLK_SPREAD_LATENCY_NS.  A stall on our side
+ * (the process not running when the answer came) makes a quick server
+ * look slow, which only gives it every connection and the deep window,
+ * what nbdcopy uses everywhere.  Nothing is tried on the data path, and
+ * nothing decided is taken back; a server slow only at writing (its reads
+ * quick) is taken for a quick one.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -68,11 +65,75 @@
  */
 #define NBDBLK_SPREAD_LATENCY_NS    (2 * 1000 * 1000)
 
-/* Decided: @active connections take requests from now on. */
-static void nbdblk_spread_fix(NbdBlkState *s, int active)
+/*
+ * Start connecting (nbdblk_conn_start()) the connections up to
+ * s->nr_planned not made yet, as conns[nr_conns..+nr_starting); the idle
+ * read's wait and nbdblk_connect_wait_started() drive them.
+ */
+static void nbdblk_connect_start_more(NbdBlkState *s)
 {
-    s->spread = NBDBLK_SPREAD_FIXED;
-    s->nr_active = active;
+    while (s->nr_conns + s->nr_starting < s->nr_planned) {
+        NbdBlkConn *c = &s->conns[s->nr_conns + s->nr_starting];
+        g_autoptr(GError) err = NULL;
+
+        c->index = s->nr_conns + s->nr_starting;
+        if (!nbdblk_conn_start(s, c, &err)) {
+            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
+                    err->message);
+            return;
+        }
+        s->nr_starting++;
+    }
+}
+
+/* Close the started connections. */
+static void nbdblk_connect_drop_started(NbdBlkState *s)
+{
+    if (s->nr_starting) {
+        g_debug("nbd: %s: closing %d connection(s) started and not joined",
+                s->display, s->nr_starting);
+    }
+    for (int i = 0; i < s->nr_starting; i++) {
+        NbdBlkConn *c = &s->conns[s->nr_conns + i];
+
+        nbdblk_conn_close(c);
+    }
+    s->nr_starting = 0;
+}
+
+/* Drive the started connections until none is connecting (blocking). */
+static void nbdblk_connect_wait_started(NbdBlkState *s)
+{
+    /* Those not ready by then (the first of them failed, the time is up,
+     * or the caller was interrupted) are dropped by the join. */
+    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
+                                nbdblk_connect_timeout_ns(s));
+}
+
+/*
+ * The started connections are done connecting: those ready, up to the
+ * first that is not (or does not match the first connection), join the
+ * node; the rest are closed.  More connections are an optimisation: one
+ * that cannot be made (a client limit, say) ends the attempt and keeps
+ * those there are.
+ */
+static void nbdblk_connect_join(NbdBlkState *s)
+{
+    while (s->nr_starting) {
+        NbdBlkConn *c = &s->conns[s->nr_conns];
+
+        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
+            nbd_is_read_only(c->h) != s->read_only) {
+            g_debug("nbd: %s: connection %d could not be made: %s",
+                    s->display, c->index,
+                    nbd_aio_is_ready(c->h) != 1 ? "no handshake"
+                                                : "a different export");
+            break;
+        }
+        s->nr_conns++;
+        s->nr_starting--;
+    }
+    nbdblk_connect_drop_started(s);
 }
 
 /* The idle read finished; the handle lock is held, no nbd_* calls. */
@@ -124,80 +185,34 @@ static bool nbdblk_probe_quick(NbdBlkState *s, int64_t len)
 void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
-    bool quick;
 
-    s->asked = asked;
     /* Made anyway when asked for; otherwise started in case the server
      * is slow, beside the idle read. */
     nbdblk_connect_start_more(s);
-    quick = s->size < len || nbdblk_probe_quick(s, len);
-    s->latency_bound = !quick;
-    if (asked) {
+    s->latency_bound = s->size >= len && !nbdblk_probe_quick(s, len);
+    if (asked || s->latency_bound) {
         nbdblk_connect_wait_started(s);
         nbdblk_connect_join(s);
-        nbdblk_spread_fix(s, s->nr_conns);
-    } else if (!quick && s->nr_starting) {
-        for (int i = 0; i < s->nr_starting; i++) {
-            NbdBlkConn *c = &s->conns[s->nr_conns + i];
-
-            c->connecting = true;
-            nbdblk_source_attach(c);
-        }
-        s->spread = NBDBLK_SPREAD_CONNECTING;
-        s->connecting_since_ns = clock_ns();
-        s->nr_active = 1;
     } else {
         nbdblk_connect_drop_started(s);
-        nbdblk_spread_fix(s, 1);
     }
-    g_debug("nbd: %s: idle read %s within %d us: %s", s->display,
-            quick ? "answered" : "not answered",
-            NBDBLK_SPREAD_LATENCY_NS / 1000,
-            s->latency_bound ? "latency-bound, deep window, all connections"
-                             : "one connection, shallow window");
-}
-
-void nbdblk_spread_dispatch(NbdBlkState *s)
-{
-    if (s->spread != NBDBLK_SPREAD_CONNECTING) {
-        return;
-    }
-    for (int i = 0; i < s->nr_starting; i++) {
-        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1 &&
-            (!s->connect_timeout ||
-             clock_ns() - s->connecting_since_ns <
-             nbdblk_connect_timeout_ns(s))) {
-            return;     /* a later dispatch, of its source or another;
-                         * after the connect timeout the join drops it */
-        }
-    }
-    nbdblk_connect_join(s);
-    nbdblk_spread_fix(s, s->nr_conns);
-    g_debug("nbd: %s: %d connection(s) taking requests", s->display,
-            s->nr_active);
+    g_debug("nbd: %s: idle read %s within %d us: %d connection(s), %s "
+            "window", s->display,
+            s->latency_bound ? "not answered" : "answered",
+            NBDBLK_SPREAD_LATENCY_NS / 1000, s->nr_conns,
+            s->latency_bound ? "deep" : "shallow");
 }
 
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
 {
     NbdBlkConn *best = NULL;
-    int n = s->nr_active;
+    int n = s->nr_conns;
 
     for (int i = 0; i < n; i++) {
         NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
 
         if (!c->dead && (!best || c->in_flight < best->in_flight)) {
             best = c;
-        }
-    }
-    if (!best && n < s->nr_conns) {
-        /* Those taking requests died: the others take over. */
-        n = s->nr_conns;
-        for (int i = 0; i < n; i++) {
-            NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
-
-            if (!c->dead && (!best || c->in_flight < best->in_flight)) {
-                best = c;
-            }
         }
     }
     if (best) {
@@ -220,23 +235,10 @@ int nbdblk_get_active_connections(BlockDriverState *bs)
         return 0;
     }
     /* Retired connections take no requests (nbdblk_pick_conn()). */
-    for (int i = 0; i < s->nr_active; i++) {
+    for (int i = 0; i < s->nr_conns; i++) {
         live += !s->conns[i].dead;
     }
-    for (int i = s->nr_active; i < s->nr_conns && !live; i++) {
-        live += !s->conns[i].dead;
-    }
-    return live ? live : s->nr_active;
-}
-
-bool nbdblk_spread_decided(BlockDriverState *bs)
-{
-    NbdBlkState *s = bs->opaque;
-
-    if (bs->drv != &bdrv_nbd) {
-        return false;
-    }
-    return s->spread == NBDBLK_SPREAD_FIXED;
+    return live ? live : s->nr_conns;
 }
 
 uint64_t nbdblk_get_replies(BlockDriverState *bs, int index)

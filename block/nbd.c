@@ -5,8 +5,7 @@
  * size, flags and block size constraints, and when the server advertises
  * multi-conn opens up to "connections" handles (default: one per CPU, at
  * most 4; with the default count the others only when the server does not
- * answer an idle read within 2 ms, without delaying the start,
- * block/nbd-spread.c).  From then on every handle
+ * answer an idle read within 2 ms, block/nbd-spread.c).  From then on every handle
  * is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
@@ -160,73 +159,6 @@ static bool nbdblk_read_export(NbdBlkState *s, int flags, GError **errp)
     return true;
 }
 
-void nbdblk_connect_start_more(NbdBlkState *s)
-{
-    while (s->nr_conns + s->nr_starting < s->nr_planned) {
-        NbdBlkConn *c = &s->conns[s->nr_conns + s->nr_starting];
-        g_autoptr(GError) err = NULL;
-
-        c->index = s->nr_conns + s->nr_starting;
-        if (!nbdblk_conn_start(s, c, &err)) {
-            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
-                    err->message);
-            return;
-        }
-        s->nr_starting++;
-    }
-}
-
-void nbdblk_connect_drop_started(NbdBlkState *s)
-{
-    if (s->nr_starting) {
-        g_debug("nbd: %s: closing %d connection(s) started and not joined",
-                s->display, s->nr_starting);
-    }
-    for (int i = 0; i < s->nr_starting; i++) {
-        NbdBlkConn *c = &s->conns[s->nr_conns + i];
-
-        nbdblk_source_destroy(c);
-        nbdblk_conn_close(c);
-        c->connecting = false;
-    }
-    s->nr_starting = 0;
-}
-
-void nbdblk_connect_wait_started(NbdBlkState *s)
-{
-    /* Those not ready by then (the first of them failed, the time is up,
-     * or the caller was interrupted) are dropped by the join. */
-    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
-                                nbdblk_connect_timeout_ns(s));
-}
-
-void nbdblk_connect_join(NbdBlkState *s)
-{
-    while (s->nr_starting) {
-        NbdBlkConn *c = &s->conns[s->nr_conns];
-
-        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
-            nbd_is_read_only(c->h) != s->read_only) {
-            g_debug("nbd: %s: connection %d could not be made: %s",
-                    s->display, c->index,
-                    nbd_aio_is_ready(c->h) != 1 ? "no handshake"
-                                                : "a different export");
-            break;
-        }
-        c->connecting = false;
-        s->nr_conns++;
-        s->nr_starting--;
-    }
-    nbdblk_connect_drop_started(s);
-}
-
-void nbdblk_connect_more(NbdBlkState *s)
-{
-    nbdblk_connect_start_more(s);
-    nbdblk_connect_wait_started(s);
-    nbdblk_connect_join(s);
-}
-
 static void nbdblk_close(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
@@ -237,7 +169,6 @@ static void nbdblk_close(BlockDriverState *bs)
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
-    nbdblk_connect_drop_started(s);
     nbdblk_drop_requests(s);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
@@ -327,15 +258,14 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
      * that only waits.  A server that answers within a millisecond needs
      * a few MiB in flight at a few GB/s; more only spreads the data over
      * more cache and more first touches, ours and its workers'
-     * (bench/README.md, "The window follows the server").  The most the
-     * node may ask for is the deep window until it is known quick.
+     * (bench/README.md, "The window follows the server").  Which of the
+     * two is decided at open (nbd-spread.c).
      */
-    bl->window_bytes = s->latency_bound || s->spread != NBDBLK_SPREAD_FIXED
-                       ? NBDBLK_WINDOW_LATENCY : NBDBLK_WINDOW_FAST;
+    bl->window_bytes = s->latency_bound ? NBDBLK_WINDOW_LATENCY
+                                        : NBDBLK_WINDOW_FAST;
 }
 
-/* The deep window once the server is known to be latency-bound: its idle
- * read of open went unanswered for 2 ms (nbd-spread.c). */
+/* The window of open (refresh_limits()): decided there for good. */
 static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
@@ -389,9 +319,8 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
     } else {
         nbdblk_info_add(sp, "connections: %d", s->nr_conns);
     }
-    nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
-                    s->spread == NBDBLK_SPREAD_FIXED
-                    ? "" : " (all once their handshakes are through)");
+    nbdblk_info_add(sp, "connections taking requests: %d",
+                    nbdblk_get_active_connections(bs));
     nbdblk_info_add(sp, "latency-bound: %s",
                     s->latency_bound ? "yes (deep window)" : "no");
     nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");

@@ -125,17 +125,11 @@ char *nbdblk_uri_redact(const char *spec);
 int nbdblk_get_connections(BlockDriverState *bs);
 
 /*
- * How many of them take requests right now (block/nbd-spread.c): all when
- * the count was asked for or the server has shown latency (once the
- * others are through their handshakes); 1 otherwise; less those retired
- * since (dead, their requests moved to the others).  0 if @bs is not an
- * NBD node.
+ * How many of them take requests right now: all of them (block/nbd-spread.c
+ * decides at open how many to make), less those retired since (dead, their
+ * requests moved to the others).  0 if @bs is not an NBD node.
  */
 int nbdblk_get_active_connections(BlockDriverState *bs);
-
-/* Whether that number is final (the idle read of open answered or late,
- * and the connections that follow from it made). */
-bool nbdblk_spread_decided(BlockDriverState *bs);
 
 /*
  * Introspection for tests: requests answered on connection @index of @bs

@@ -133,7 +133,6 @@ static void test_multi_conn(void)
         g_assert_cmpint(nbdblk_get_connections(bs), ==, 2);
         /* Asked for: all connections from the start, for good. */
         g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 2);
-        g_assert_true(nbdblk_spread_decided(bs));
         /* Requests spread over the connections (at 1 MiB and up: the
          * open-time probe of each open reads offset 0). */
         for (int i = 0; i < 16; i++) {
@@ -248,19 +247,6 @@ static void check_mib(BlockDriverState *bs, int64_t off, uint8_t fill)
     g_assert_cmpmem(r, MiB, w, MiB);
 }
 
-/* The main loop until @bs has decided which connections take requests
- * (the others' handshakes, driven by their GSources). */
-static void wait_decided(BlockDriverState *bs)
-{
-    gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
-
-    while (!nbdblk_spread_decided(bs) &&
-           g_get_monotonic_time() < deadline) {
-        g_main_context_iteration(NULL, TRUE);
-    }
-    g_assert_true(nbdblk_spread_decided(bs));
-}
-
 /*
  * Write @mib MiB in 1 MiB requests, 32 in flight, and check what each of
  * the first @n connections answered: all of it on the first when @n is 1,
@@ -290,8 +276,8 @@ static void check_replies(BlockDriverState *bs, int mib, int n)
     g_assert_cmpuint(total, ==, mib);
 }
 
-/* The state every decided node of the default count @n is in: @conns
- * made, taking requests, with the window that goes with them. */
+/* The state a node of the default count @n is in from its open: @conns
+ * made, all taking requests, with the window that goes with them. */
 static void check_state(BlockDriverState *bs, int n, int conns,
                         bool latency_bound)
 {
@@ -301,7 +287,6 @@ static void check_state(BlockDriverState *bs, int n, int conns,
     g_autofree char *taking = g_strdup_printf("connections taking "
                                               "requests: %d", conns);
 
-    g_assert_true(nbdblk_spread_decided(bs));
     g_assert_cmpint(nbdblk_get_connections(bs), ==, conns);
     g_assert_cmpint(nbdblk_get_active_connections(bs), ==, conns);
     g_assert_cmpuint(bdrv_get_active_channels(bs), ==, conns);
@@ -311,6 +296,8 @@ static void check_state(BlockDriverState *bs, int n, int conns,
                                                "(deep window)"
                                              : "latency-bound: no"));
     g_assert_cmpint(bdrv_get_window_bytes(bs), ==,
+                    latency_bound ? 32 * MiB : 8 * MiB);
+    g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==,
                     latency_bound ? 32 * MiB : 8 * MiB);
 }
 
@@ -343,14 +330,12 @@ static void test_spread_fast(void)
         g_assert_cmpuint(bdrv_get_channels(bs), ==, n);
         if (info_has(bs, "latency-bound: yes (deep window)")) {
             g_test_message("attempt %d: the idle read was late", i + 1);
-            wait_decided(bs);
             check_state(bs, n, n, true);
             check_replies(bs, 64, n);
             continue;
         }
         /* Decided at open, without a request on the data path. */
         check_state(bs, n, 1, false);
-        g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==, 8 * MiB);
         check_replies(bs, 64, 1);
         check_state(bs, n, 1, false);
         check_mib(bs, 3 * MiB, 0x5c);
@@ -360,10 +345,9 @@ static void test_spread_fast(void)
 }
 
 /*
- * A read latency of 10 ms: the node asks for the deep window as open
- * returns, starts on its first connection, and the others take requests
- * once their handshakes are through; writes then go to every one.  No
- * timing that load can turn: a stall only adds to the latency.
+ * A read latency of 10 ms: from its open the node has every connection
+ * and the deep window, and writes go to every one.  No timing that load
+ * can turn: a stall only adds to the latency.
  */
 static void test_spread_latency(void)
 {
@@ -383,15 +367,6 @@ static void test_spread_latency(void)
         g_autoptr(BlockDriverState) bs = must_open(slow->uri, BDRV_O_RDWR,
                                                    NULL);
 
-        /* At once, before any of the others is through. */
-        g_assert_true(info_has(bs, "latency-bound: yes (deep window)"));
-        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
-        g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==, 32 * MiB);
-        g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
-        if (!nbdblk_spread_decided(bs)) {
-            g_assert_cmpint(nbdblk_get_active_connections(bs), ==, 1);
-        }
-        wait_decided(bs);
         check_state(bs, n, n, true);
         check_replies(bs, 64, n);
         check_mib(bs, 7 * MiB, 0xa7);
@@ -404,7 +379,6 @@ static void test_spread_latency(void)
         g_autoptr(BlockDriverState) bs = must_open(slow->uri, BDRV_O_RDWR,
                                                    "1");
 
-        g_assert_true(nbdblk_spread_decided(bs));
         g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
         g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
         check_replies(bs, 16, 1);
@@ -412,8 +386,8 @@ static void test_spread_latency(void)
     {
         /* A server that answers the idle read after 5 s: the open does
          * not wait for it (the bound is what a loaded machine needs for
-         * the first handshake), and writes go through on every
-         * connection with the read still in flight. */
+         * the handshakes), and writes go through on every connection
+         * with the read still in flight. */
         g_autoptr(Server) mute = server_start("--filter=delay", "memory",
                                               "64M", "delay-read=5", NULL);
         gint64 start = g_get_monotonic_time();
@@ -422,7 +396,6 @@ static void test_spread_latency(void)
 
         g_assert_cmpint(g_get_monotonic_time() - start, <,
                         4 * G_USEC_PER_SEC);
-        wait_decided(bs);
         check_state(bs, n, n, true);
         check_replies(bs, 16, n);
     }
@@ -441,16 +414,14 @@ static void test_spread_single(void)
                        "64M", "delay-read=10ms", "multi-conn-mode=disable",
                        NULL);
     bs = must_open(srv->uri, BDRV_O_RDWR, NULL);
-    g_assert_true(nbdblk_spread_decided(bs));
     g_assert_cmpuint(bdrv_get_channels(bs), ==, 1);
     check_state(bs, 1, 1, true);
     check_replies(bs, 16, 1);
 }
 
 /*
- * Slow, and one client at a time: the others' handshakes fail (their
- * GSources drive them, the main loop goes on), and the node goes on with
- * one connection and the deep window.
+ * Slow, and one client at a time: the others' handshakes fail, and the
+ * node goes on with one connection and the deep window.
  */
 static void test_spread_limit(void)
 {
@@ -468,7 +439,6 @@ static void test_spread_limit(void)
     srv = server_start("--filter=limit", "--filter=delay", "memory", "64M",
                        "delay-read=10ms", "limit=1", NULL);
     bs = must_open(srv->uri, BDRV_O_RDWR, NULL);
-    wait_decided(bs);
     check_state(bs, n, 1, true);
     check_replies(bs, 16, 1);
     check_mib(bs, 5 * MiB, 0x3c);
