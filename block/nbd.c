@@ -5,8 +5,8 @@
  * size, flags and block size constraints, and when the server advertises
  * multi-conn opens up to "connections" handles (default: one per CPU, at
  * most 4; with the default count the others only when the server does not
- * answer an idle read within 2 ms, block/nbd-spread.c).  From then on every handle
- * is driven asynchronously by its GSource on the main loop
+ * answer an idle read within 2 ms, block/nbd-spread.c).  From then on
+ * every handle is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
  * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
@@ -242,9 +242,8 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     /*
      * Copying from an NBD server, every byte is received into a buffer
      * and sent on from it: requests of nbdcopy's 256 KiB keep it in the
-     * CPU caches in between, on our side and the server's.  bench/nbd.sh
-     * W1 (nbdkit sparse-random, 8G onto itself): 1.19 s with 1 MiB
-     * requests, 0.98 s with 256 KiB (nbdcopy: 1.03 s).
+     * CPU caches in between, on our side and the server's (bench/nbd.sh
+     * W1; bench/README.md).
      */
     bl->copy_transfer = MIN(MAX(NBDBLK_COPY_TRANSFER, bl->opt_transfer),
                             bl->max_transfer);

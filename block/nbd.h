@@ -28,9 +28,9 @@
 
 /*
  * The default of the "connections" open option: one per CPU, at most 4.
- * Each connection costs the server a reader and threads; on a 2-core
- * machine running client and server, bench/nbd.sh measured 2 connections
- * ahead of 4 on W1 and W2 (server CPU per byte drops by a third).
+ * Each connection costs the server a reader and threads, and client and
+ * server share the CPUs when both run on one machine: more connections
+ * than CPUs only compete for them (bench/nbd.sh, W1 and W2).
  */
 int nbdblk_default_connections(void);
 
