@@ -5,7 +5,9 @@
  *   nbd-conn.c    one libnbd handle: connect (blocking, control path),
  *                 disconnect, force-close
  *   nbd-source.c  a handle as a GSource on the main loop
- *   nbd-io.c      requests: connection choice, queueing, completions
+ *   nbd-spread.c  at open: how many connections, how deep a window;
+ *                 then which connection a request goes to
+ *   nbd-io.c      requests: queueing, completions
  *   nbd.c         the driver table: open, close, limits, info
  *
  * Threading: everything runs on the main loop thread.  libnbd calls our
@@ -156,8 +158,7 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp);
  * each in the direction libnbd wants, then what was ready handed to
  * libnbd.  -1 when poll() fails or conns[0]'s handle fails (the others
  * failing leaves them dead, for their owner to see); 0 otherwise, also
- * when a signal cut the poll short.  A handle that has a GSource only
- * from a dispatch of the node's (its prepare() looks at the handle again).
+ * when a signal cut the poll short.  Not for handles that have a GSource.
  */
 int nbdblk_conns_poll(NbdBlkConn *conns, int n, int timeout_ms);
 
