@@ -37,9 +37,12 @@
 #   run: a row with the default buf-size (it follows the NBD connections
 #   taking requests and the server's latency, at most 64M) logs its window
 #   (G_MESSAGES_DEBUG=mirror-block), and each run is held to its largest.
-# Environment: RUNS (5), WORKLOADS ("W1 W2 W3"), W1_SIZE (8G), W2_GIB (1),
-# W3_GIB (2), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
+# Environment: RUNS (5), WORKLOADS ("W1 W2 W3"), W1_SIZE (8G), W2_SIZE (1G;
+# any size head -c takes, e.g. 512M; W2_GIB=N is W2_SIZE=NG), W3_SIZE (2G;
+# W3_GIB likewise), DELAY (10ms), SEED (42), TIMEOUT (300 s), BUF_SIZE,
 # MIRROR_EXTRA (';'-separated option sets, one extra -W row each), MIRROR_TOOL,
+# MIRROR_TOOL_B (a second binary, e.g. the code before a change: rows
+# "B: mirror-tool -W" and "B: mirror-tool" beside the others, same rounds),
 # PREFAULT (1), NBDKIT_THREADS (nbdkit's default, 16 per connection),
 # SWEEP_CHUNKS ("256K 1M 4M"), SWEEP_M ("16 64"), SWEEP_CONNS ("1 4").
 set -euo pipefail
@@ -47,7 +50,8 @@ set -euo pipefail
 MODE=${1:-compare}
 RUNS=${RUNS:-5}
 WORKLOADS=${WORKLOADS:-"W1 W2 W3"}
-W1_SIZE=${W1_SIZE:-8G} W2_GIB=${W2_GIB:-1} W3_GIB=${W3_GIB:-2}
+W1_SIZE=${W1_SIZE:-8G}
+W2_SIZE=${W2_SIZE:-${W2_GIB:-1}G} W3_SIZE=${W3_SIZE:-${W3_GIB:-2}G}
 DELAY=${DELAY:-10ms}
 SEED=${SEED:-42}
 TIMEOUT=${TIMEOUT:-300}
@@ -84,12 +88,30 @@ STATS=$SCRATCH/stats.tsv        # workload row summary (warm-up, stats filter)
 # Test a private copy: a rebuild during the run must not change the binary.
 MT=$SCRATCH/mirror-tool
 cp "$MT_SRC" "$MT"
+MTB=
+if [[ -n ${MIRROR_TOOL_B:-} ]]; then
+    [[ -x $MIRROR_TOOL_B ]] || die "MIRROR_TOOL_B=$MIRROR_TOOL_B: not executable"
+    MTB=$SCRATCH/mirror-tool-b
+    cp "$MIRROR_TOOL_B" "$MTB"
+fi
+# add_b_row LABEL ARGS: a row of the second binary, held to the limits of a
+# mirror-tool row (add_row takes only $MT's rows for mirror-tool's).
+add_b_row() {
+    local last
+    add_row "$1" "$MT $2"
+    last=$((${#CMD[@]} - 1))
+    CMD[last]=${CMD[last]/#$MT/$MTB}
+}
 
 BUFOPT=${BUF_SIZE:+--buf-size $BUF_SIZE}
 if [[ $MODE == compare ]]; then
     add_row "mirror-tool -W" "$MT convert -n -W $BUFOPT"
     add_row "mirror-tool" "$MT convert -n $BUFOPT"
     add_extra_rows "mirror-tool -W" "$MT convert -n -W $BUFOPT"
+    if [[ -n $MTB ]]; then
+        add_b_row "B: mirror-tool -W" "convert -n -W $BUFOPT"
+        add_b_row "B: mirror-tool" "convert -n $BUFOPT"
+    fi
     if [[ ${FLOOR:-1} != 0 ]]; then
         need cc
         cc -O2 -pthread -o "$SCRATCH/nbd-floor" "$ROOT/bench/nbd-floor.c" ||
@@ -291,8 +313,8 @@ report() {
 }
 
 # --- main -------------------------------------------------------------------
-echo "# nbd.sh mode=$MODE RUNS=$RUNS WORKLOADS='$WORKLOADS' W1_SIZE=$W1_SIZE W2_GIB=$W2_GIB" \
-    "W3_GIB=$W3_GIB DELAY=$DELAY BUF_SIZE=${BUF_SIZE:-default($DEFAULT_BUF)}" \
+echo "# nbd.sh mode=$MODE RUNS=$RUNS WORKLOADS='$WORKLOADS' W1_SIZE=$W1_SIZE W2_SIZE=$W2_SIZE" \
+    "W3_SIZE=$W3_SIZE DELAY=$DELAY BUF_SIZE=${BUF_SIZE:-default($DEFAULT_BUF)}" \
     "NBDKIT_THREADS=${NBDKIT_THREADS:-default(16/connection)}"
 echo "# machine: nproc=$(nproc), $(uname -srm), $(awk '/MemTotal/ { printf "%.1f GiB RAM", $2 / 1048576 }' /proc/meminfo)"
 echo "# versions: $("$MT" --version 2>&1 | head -1) ($MT_SRC, sha256" \
@@ -302,7 +324,9 @@ echo "# servers: nbdkit -U - [--threads N] PLUGIN ARGS --run 'TOOL SRC \"\$uri\"
 for w in $WORKLOADS; do echo "#   $w: nbdkit -U - $(server_args "$w" | sed "s|$SCRATCH|\$SCRATCH|g")"; done
 echo "# commands (followed by SRC DST: W1 \"\$uri\" \"\$uri\", W2/W3 \$SCRATCH/src \"\$uri\"):"
 for ((k = 0; k < NROWS; k++)); do
-    printf '#   %-50s %s\n' "${LABEL[k]}:" "${CMD[k]/$MT/mirror-tool}"
+    c=${CMD[k]}
+    [[ -z $MTB ]] || c=${c/#$MTB/mirror-tool(B)}
+    printf '#   %-50s %s\n' "${LABEL[k]}:" "${c/#$MT/mirror-tool}"
 done
 
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -310,10 +334,11 @@ echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 for w in $WORKLOADS; do
     if [[ $w != W1 ]]; then
-        gib=$W2_GIB; [[ $w == W3 ]] && gib=$W3_GIB
-        log "$w: creating a $gib GiB random source and target template..."
-        make_full "$SCRATCH/src" "$gib" $((SEED + 2))
-        make_full "$SCRATCH/tmpl" "$gib" $((SEED + 3))
+        size=$W2_SIZE; [[ $w == W3 ]] && size=$W3_SIZE
+        log "$w: creating a $size random source and target template..."
+        randstream $((SEED + 2)) | head -c "$size" >"$SCRATCH/src"
+        randstream $((SEED + 3)) | head -c "$size" >"$SCRATCH/tmpl"
+        [[ $(stat -c %s "$SCRATCH/src") -gt 0 ]] || die "bad size '$size'"
     fi
     log "$w: $(server_args "$w")"
     bench_workload "$w"
@@ -323,8 +348,8 @@ done
 for w in $WORKLOADS; do
     case $w in
     W1) t="W1: sparse-random size=$W1_SIZE percent=30 copied onto itself" ;;
-    W2) t="W2: $W2_GIB GiB random file -> nbdkit file, delay-write/read=$DELAY" ;;
-    W3) t="W3: $W3_GIB GiB random file -> nbdkit file" ;;
+    W2) t="W2: $W2_SIZE random file -> nbdkit file, delay-write/read=$DELAY" ;;
+    W3) t="W3: $W3_SIZE random file -> nbdkit file" ;;
     esac
     report "$w" "$t"
 done

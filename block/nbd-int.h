@@ -5,7 +5,9 @@
  *   nbd-conn.c    one libnbd handle: connect (blocking, control path),
  *                 disconnect, force-close
  *   nbd-source.c  a handle as a GSource on the main loop
- *   nbd-io.c      requests: connection choice, queueing, completions
+ *   nbd-spread.c  at open: how many connections, how deep a window;
+ *                 then which connection a request goes to
+ *   nbd-io.c      requests: queueing, completions
  *   nbd.c         the driver table: open, close, limits, info
  *
  * Threading: everything runs on the main loop thread.  libnbd calls our
@@ -40,17 +42,6 @@
 
 typedef struct NbdBlkState NbdBlkState;
 typedef struct NbdBlkConn NbdBlkConn;
-
-/* Which connections take requests (nbd-spread.c). */
-typedef enum NbdBlkSpread {
-    NBDBLK_SPREAD_FIXED,        /* decided: nr_active stays */
-    NBDBLK_SPREAD_WARMUP,       /* one connection, before the trial */
-    NBDBLK_SPREAD_TRY_ONE,      /* trial window on one connection */
-    NBDBLK_SPREAD_CONNECT,      /* slow answers: connect the others */
-    NBDBLK_SPREAD_CONNECTING,   /* their handshakes are going on */
-    NBDBLK_SPREAD_WARMUP_ALL,   /* all of them, before their window */
-    NBDBLK_SPREAD_TRY_ALL,      /* trial window on all of them */
-} NbdBlkSpread;
 
 typedef enum NbdBlkOp {
     NBDBLK_OP_READ,
@@ -98,9 +89,7 @@ struct NbdBlkConn {
     int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
     int64_t quiet_since_ns;     /* last reply, or the first request after
                                  * none were in flight (io-timeout) */
-    bool connecting;            /* started from a dispatch, its GSource
-                                 * driving the handshake: not one of the
-                                 * node's connections yet */
+    uint64_t replies;           /* requests answered here (introspection) */
 };
 
 struct NbdBlkState {
@@ -111,15 +100,9 @@ struct NbdBlkState {
     int nr_starting;            /* conns[nr_conns..+nr_starting) are
                                  * connecting (nbdblk_connect_start_more()) */
     int nr_planned;             /* at most this many (bl.channels) */
-    int nr_active;              /* conns[0..nr_active) take requests */
-    NbdBlkSpread spread;
-    bool latency_bound;         /* the open-time probe was slow, or a
-                                 * trial found more connections faster */
-    int64_t trial_bytes;        /* completed in the current phase */
-    int64_t trial_start_ns;     /* when the current phase began */
-    int64_t trial_min_ns;       /* quickest answer in the current phase */
-    double trial_rate_one;      /* bytes per ns of the one-connection window */
-    void *probe_buf;            /* the open-time probe's, freed at close */
+    bool latency_bound;         /* the idle read of open was not answered
+                                 * within NBDBLK_SPREAD_LATENCY_NS */
+    void *probe_buf;            /* the idle read's, freed at close */
     int probe_state;            /* 0 in flight, 1 done, -1 failed */
 
     int64_t size;
@@ -146,7 +129,6 @@ struct NbdBlkState {
     int64_t nr_retried;         /* requests issued again after that */
     int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
     int io_timeout;             /* seconds, 0: none ("io-timeout") */
-    int64_t connecting_since_ns;    /* NBDBLK_SPREAD_CONNECTING began */
 };
 
 /* The connect timeout in ns, 0 for none. */
@@ -223,58 +205,21 @@ void nbdblk_source_destroy(NbdBlkConn *c);
 /* ---- nbd-spread.c: which connections take requests ---- */
 
 /*
- * At open, with the first connection made and s->nr_planned set: an idle
- * read of one block at offset 0 sets s->latency_bound when it shows the
- * server's latency.  With @asked (the count was given) or a latency-bound
- * server, the other connections are made now (blocking) and all take
- * requests; otherwise only the first, and the data path decides later
- * whether to make the others.
+ * At open, with the first connection made and s->nr_planned set, before
+ * the GSources are attached: decide from an idle read, waited for at most
+ * 2 ms, whether the server is latency-bound (s->latency_bound), and make
+ * the connections that take requests (all of them when latency-bound or
+ * @asked, the count given; the first only otherwise).  Blocking, for at
+ * most the connect timeout (nbd-spread.c).
  */
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
-/*
- * Start connecting (nbdblk_conn_start()) the connections up to
- * s->nr_planned not made or started yet, as conns[nr_conns..+nr_starting).
- * nbdblk_connect_more() finishes them at open; from a dispatch, their
- * GSources drive them.  nbdblk_connect_drop_started() closes them (and
- * destroys their sources).
- */
-void nbdblk_connect_start_more(NbdBlkState *s);
-void nbdblk_connect_drop_started(NbdBlkState *s);
-
-/* Drive the started connections until none is connecting (blocking). */
-void nbdblk_connect_wait_started(NbdBlkState *s);
-
-/*
- * The started connections are done connecting: those ready, up to the
- * first that is not (or does not match the first connection), join the
- * node (with their GSources, if they have them); the rest are closed.
- * More connections are an optimisation: one that cannot be made (a client
- * limit, say) ends the attempt and keeps those there are.
- */
-void nbdblk_connect_join(NbdBlkState *s);
-
-/*
- * At open: make connections up to s->nr_planned, all at once, blocking
- * (start, wait, join).
- */
-void nbdblk_connect_more(NbdBlkState *s);
-
-/*
- * From a dispatch, no libnbd lock held: start the connections a trial
- * asked for (NBDBLK_SPREAD_CONNECT), with GSources that drive their
- * handshakes without blocking the main loop; once none is connecting any
- * more, those ready join the node and the trial goes on.  A no-op in the
- * other phases.
- */
-void nbdblk_spread_dispatch(NbdBlkState *s);
-
-/* The live connection among the active ones with the fewest counted
- * requests (ties rotate), or NULL. */
+/* The live connection with the fewest counted requests (ties rotate), or
+ * NULL. */
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s);
 
-/* @req's reply arrived (req->ret set): count it in the trial, and move
- * the trial on.  Called with the handle lock held: no nbd_* calls. */
+/* @req's reply arrived (req->ret set): count it on its connection.
+ * Called with the handle lock held: no nbd_* calls. */
 void nbdblk_spread_done(NbdBlkReq *req);
 
 /* ---- nbd-io.c ---- */

@@ -256,8 +256,8 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
 {
     NbdBlkState *s = c->s;
 
-    if (!s->io_timeout || c->dead || !c->h || c->connecting ||
-        c->fail_errno || nbd_aio_in_flight(c->h) <= 0) {
+    if (!s->io_timeout || c->dead || !c->h || c->fail_errno ||
+        nbd_aio_in_flight(c->h) <= 0) {
         return INT64_MAX;
     }
     return c->quiet_since_ns + (int64_t)s->io_timeout * 1000 * 1000 * 1000 -
@@ -269,8 +269,8 @@ void nbdblk_conn_check(NbdBlkConn *c)
     NbdBlkState *s = c->s;
     int live = 0;
 
-    if (c->dead || !c->h || c->connecting) {
-        return;         /* a failed handshake is the spread's business */
+    if (c->dead || !c->h) {
+        return;
     }
     if (nbd_aio_is_dead(c->h) != 1 && nbd_aio_is_closed(c->h) != 1) {
         return;
@@ -404,7 +404,6 @@ void nbdblk_process_done(NbdBlkState *s)
     while ((l = g_queue_pop_tail_link(&retry))) {
         g_queue_push_head_link(&s->queued, l);
     }
-    nbdblk_spread_dispatch(s);
     nbdblk_pump(s);
 
     /*

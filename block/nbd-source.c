@@ -153,10 +153,9 @@ void nbdblk_source_attach(NbdBlkConn *c)
      * fds out of the poll set and puts them back, and each change wakes
      * the context with a write to its eventfd, and the next poll returns
      * at once for it: two writes and a read per dispatch, that is per
-     * reply.  A 2 GiB copy into `nbdkit file` made 8567 writes, now 5259
-     * (the rest wake the main loop for thread pool completions).  A
-     * source that may recurse is not blocked; dispatch() makes a nested
-     * call return at once instead.
+     * reply (bench/README.md, "GLib wakeups").  A source that may recurse
+     * is not blocked; dispatch() makes a nested call return at once
+     * instead.
      */
     g_source_set_can_recurse(src, TRUE);
     g_source_attach(src, g_main_context_get_thread_default());

@@ -1,52 +1,53 @@
 /*
- * NBD client driver: which connections take requests.
+ * NBD client driver: which connections take requests, and how deep a
+ * window the node asks for.
  *
  * More connections bring more server workers (nbdkit runs 16 per
  * connection, qemu-nbd serves 16 requests per client), which is what hides
  * a server's latency: at 10 ms, 16 requests of 1 MiB move 1.6 GB/s per
- * connection.  They also cost: every connection is more server threads
+ * connection.  They also cost: every connection is a handshake (nbdkit
+ * starts its threads before it answers NBD_OPT_GO), more server threads
  * contending for the same file, and on a VM every wakeup of one of them on
- * the other CPU is an IPI through the hypervisor.  Against a server that
- * answers at once, one connection was faster on the 2-core machine
- * (bench/nbd.sh W1 0.78 of nbdcopy against 0.87 with two; W3 0.69-0.73 s
- * against 0.75-0.82 s).  From the client a latency-bound server and a busy
- * one look alike (a deep queue and long waits either way), so the driver
- * measures instead of guessing:
+ * the other CPU is an IPI through the hypervisor; a deeper window only
+ * spreads the data over more cache and more first touches.  Against a
+ * server that answers at once, one connection with a shallow window is
+ * faster; against one that answers late, every connection with a window
+ * that queues a request behind each busy worker (bench/README.md, "Fixed
+ * defaults in place of the NBD trial").
  *
- * - At open, an idle read of one block at offset 0 (a second one if the
- *   first took between NBDBLK_SPREAD_LATENCY_NS and NBDBLK_PROBE_SURE_NS;
- *   two sent at once both met a new connection's first stall, near 2 ms
- *   on a loaded machine): at NBDBLK_SPREAD_LATENCY_NS or more every time
- *   (a remote server, a delay filter), the server is latency-bound.
- *   Every connection is made at once and takes requests from the start,
- *   and the node asks for a window twice QEMU's (nbd.c, window_bytes) so
- *   that a request waits queued behind each busy server worker.  A stall
- *   that fooled it would only give the old default, all connections; each
- *   try costs the server's latency once.
- * - A count asked for (connections=N) is made and used from the start.
- * - Otherwise only the first connection is made, and the data path
- *   decides.  After NBDBLK_TRIAL_WARMUP bytes of reads and writes,
- *   NBDBLK_TRIAL_BYTES more are timed.  If one of them was answered within
- *   NBDBLK_SPREAD_LATENCY_NS (plus the time its bytes take at 1 GB/s), the
- *   server is quick when it is free: the node stays on one connection and
- *   never makes the others.  A new connection is not free either: nbdkit
- *   starts 16 threads for it, and each touches a buffer of the request
- *   size the first time, about 8 ms per MiB here, under the connection's
- *   read lock (bench/nbd.sh W3: 0.68 s with one connection made, 0.72 s
- *   with a second made and idle, 0.75 s with the old trial that also sent
- *   it requests).
- * - A server slow to answer even then (slow only at writing, say, or busy)
- *   gets the others, started from a dispatch (nbdblk_spread_dispatch())
- *   and driven through their handshakes by their GSources, so the main
- *   loop (guests writing through our export, say) never waits on them:
- *   NBDBLK_TRIAL_WARMUP bytes per connection on all of them, for the new
- *   connections' start, then NBDBLK_TRIAL_BYTES timed; all stay only if
- *   that was at least NBDBLK_TRIAL_GAIN times as fast as one, and then
- *   the node asks for the deep window too.  Without that warm-up the new
- *   connections' start hid a 10 ms write latency (787 against 807 MB/s:
- *   one connection kept).  A server with no others to make (no
- *   multi-conn, or they cannot be made) gets the deep window on its one
- *   connection.  Images too small to finish the trial stay as they are.
+ * What tells the two apart is the server's latency, and nothing in the
+ * handshake gives it (a delay filter on a UNIX socket is as slow as a WAN
+ * link).  So the rule is fixed, decided at open, and the one thing it
+ * needs is looked at for no longer than it takes to tell:
+ *
+ * - Right after the first handshake, one idle read of a block at offset 0
+ *   is sent and waited for at most NBDBLK_SPREAD_LATENCY_NS; with
+ *   multi-conn the other connections' handshakes start at the same
+ *   moment.
+ * - Answered within that time: the server is quick when it is free.  The
+ *   node stays on its first connection with the shallow window
+ *   (NBDBLK_WINDOW_FAST, nbd.c) for good; the others, barely started,
+ *   are closed.
+ * - Not answered: the server is latency-bound.  The node asks for the
+ *   deep window (NBDBLK_WINDOW_LATENCY), and open waits for the others'
+ *   handshakes, which began beside the read: every connection then takes
+ *   requests from the first.  Not waiting lets the copy start a few ms
+ *   sooner on one connection, but nbdkit answers a handshake many times
+ *   slower once its first connection is busy, and the copy was slower for
+ *   it.  A server with no others to make (no multi-conn, a count of 1, or
+ *   they cannot be made) gets the deep window on its one connection.
+ * - A count asked for (connections=N) is made and every connection takes
+ *   requests from the start; the idle read decides the window only.
+ *
+ * The threshold is far from both kinds: a local server answers a 4 KiB
+ * read within tens of microseconds to half a millisecond, a delay filter
+ * or a remote link in milliseconds.  The wait costs a quick server its
+ * answer time, a slow one NBDBLK_SPREAD_LATENCY_NS.  A stall on our side
+ * (the process not running when the answer came) makes a quick server
+ * look slow, which only gives it every connection and the deep window,
+ * what nbdcopy uses everywhere.  Nothing is tried on the data path, and
+ * nothing decided is taken back; a server slow only at writing (its reads
+ * quick) is taken for a quick one.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -57,40 +58,85 @@
 #include <inttypes.h>
 
 /*
- * Idle latency from which one connection's server workers are too few:
- * below it, 16 requests of 1 MiB per connection move 8 GB/s, more than a
- * 2-core machine copies; a delay filter (10 ms) or a WAN link is well
- * above, a local server (0.05-0.5 ms) well below.
+ * An idle answer later than this is the server's latency: below it, 16
+ * requests of 1 MiB per connection move 8 GB/s, more than a 2-core machine
+ * copies; a delay filter (10 ms) or a WAN link is well above, a local
+ * server (0.05-0.5 ms) well below.
  */
 #define NBDBLK_SPREAD_LATENCY_NS    (2 * 1000 * 1000)
-#define NBDBLK_PROBE_TRIES          2
-/* A first answer this slow is the server's latency, not a new
- * connection's stall (near 2 ms on a loaded machine; 5-10 ms seen while
- * bench/nbd.sh and the tests ran at once): no second read (bench/nbd.sh
- * W2 saves its 10 ms). */
-#define NBDBLK_PROBE_SURE_NS        (8 * 1000 * 1000)
-#define NBDBLK_PROBE_WAIT_NS        (500 * 1000 * 1000)
 
-/* The trial: skip the start (our buffer pool, up to 64 MiB, and the
- * server's threads see their memory for the first time), then a timed
- * window; the same again on all connections when it goes on.  A 10 ms
- * server moves 64 MiB in 40 ms on one connection; a 20% gain is well
- * above what noise made here. */
-#define NBDBLK_TRIAL_WARMUP         (64 * 1024 * 1024)
-#define NBDBLK_TRIAL_BYTES          (64 * 1024 * 1024)
-#define NBDBLK_TRIAL_GAIN           1.2
-#define NBDBLK_TRIAL_NS_PER_BYTE    1
-
-static void nbdblk_spread_set(NbdBlkState *s, NbdBlkSpread phase, int active)
+/*
+ * Start connecting (nbdblk_conn_start()) the connections up to
+ * s->nr_planned not made yet, as conns[nr_conns..+nr_starting); the idle
+ * read's wait and nbdblk_connect_wait_started() drive them.
+ */
+static void nbdblk_connect_start_more(NbdBlkState *s)
 {
-    s->spread = phase;
-    s->nr_active = active;
-    s->trial_bytes = 0;
-    s->trial_start_ns = clock_ns();
-    s->trial_min_ns = INT64_MAX;
+    while (s->nr_conns + s->nr_starting < s->nr_planned) {
+        NbdBlkConn *c = &s->conns[s->nr_conns + s->nr_starting];
+        g_autoptr(GError) err = NULL;
+
+        c->index = s->nr_conns + s->nr_starting;
+        if (!nbdblk_conn_start(s, c, &err)) {
+            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
+                    err->message);
+            return;
+        }
+        s->nr_starting++;
+    }
 }
 
-/* A probe read finished; the handle lock is held, no nbd_* calls. */
+/* Close the started connections. */
+static void nbdblk_connect_drop_started(NbdBlkState *s)
+{
+    if (s->nr_starting) {
+        g_debug("nbd: %s: closing %d connection(s) started and not joined",
+                s->display, s->nr_starting);
+    }
+    for (int i = 0; i < s->nr_starting; i++) {
+        NbdBlkConn *c = &s->conns[s->nr_conns + i];
+
+        nbdblk_conn_close(c);
+    }
+    s->nr_starting = 0;
+}
+
+/* Drive the started connections until none is connecting (blocking). */
+static void nbdblk_connect_wait_started(NbdBlkState *s)
+{
+    /* Those not ready by then (the first of them failed, the time is up,
+     * or the caller was interrupted) are dropped by the join. */
+    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
+                                nbdblk_connect_timeout_ns(s));
+}
+
+/*
+ * The started connections are done connecting: those ready, up to the
+ * first that is not (or does not match the first connection), join the
+ * node; the rest are closed.  More connections are an optimisation: one
+ * that cannot be made (a client limit, say) ends the attempt and keeps
+ * those there are.
+ */
+static void nbdblk_connect_join(NbdBlkState *s)
+{
+    while (s->nr_starting) {
+        NbdBlkConn *c = &s->conns[s->nr_conns];
+
+        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
+            nbd_is_read_only(c->h) != s->read_only) {
+            g_debug("nbd: %s: connection %d could not be made: %s",
+                    s->display, c->index,
+                    nbd_aio_is_ready(c->h) != 1 ? "no handshake"
+                                                : "a different export");
+            break;
+        }
+        s->nr_conns++;
+        s->nr_starting--;
+    }
+    nbdblk_connect_drop_started(s);
+}
+
+/* The idle read finished; the handle lock is held, no nbd_* calls. */
 static int nbdblk_probe_cb(void *opaque, int *error)
 {
     NbdBlkState *s = opaque;
@@ -101,161 +147,72 @@ static int nbdblk_probe_cb(void *opaque, int *error)
 }
 
 /*
- * One idle read of @len bytes at offset 0 on the first connection: its
- * time in ns, -1 on an error, or INT64_MAX when no answer came within
- * NBDBLK_PROBE_WAIT_NS (a server that never answers must not hang the
- * open; the read then stays in flight, and s->probe_buf with it, until
- * close).  Once it has waited NBDBLK_SPREAD_LATENCY_NS, the server looks
- * latency-bound and the other connections are started, so that their
- * handshakes (5-15 ms with nbdkit, which starts its threads before
- * answering) overlap the wait; they are driven here too.
+ * The idle read of open: sent, then waited for at most
+ * NBDBLK_SPREAD_LATENCY_NS while the others' handshakes (started or not)
+ * go on beside it.  True when it was answered by then (or failed: a read
+ * error is the copy's business); the read stays in flight otherwise, and
+ * s->probe_buf with it, until its answer or close.
  */
-static int64_t nbdblk_probe_read(NbdBlkState *s, int64_t len)
+static bool nbdblk_probe_quick(NbdBlkState *s, int64_t len)
 {
-    struct nbd_handle *h = s->conns[0].h;
     nbd_completion_callback cb = {
         .callback = nbdblk_probe_cb,
         .user_data = s,
     };
-    int64_t start = clock_ns();
-    int64_t deadline = start + NBDBLK_PROBE_WAIT_NS;
-    bool started = false;       /* once: one that cannot be made now
-                                 * would fail again */
+    int64_t deadline;
 
+    s->probe_buf = g_malloc(len);
     s->probe_state = 0;
-    if (nbd_aio_pread(h, s->probe_buf, len, 0, cb, 0) < 0) {
-        return -1;
+    if (nbd_aio_pread(s->conns[0].h, s->probe_buf, len, 0, cb, 0) < 0) {
+        return true;
     }
+    deadline = clock_ns() + NBDBLK_SPREAD_LATENCY_NS;
     while (s->probe_state == 0) {
-        int64_t now = clock_ns();
-        int64_t left = deadline - now;
+        int64_t left = deadline - clock_ns();
 
         if (left <= 0) {
-            return INT64_MAX;
-        }
-        if (now - start >= NBDBLK_SPREAD_LATENCY_NS) {
-            if (!started) {
-                nbdblk_connect_start_more(s);
-                started = true;
-            }
-        } else {
-            left = MIN(left, start + NBDBLK_SPREAD_LATENCY_NS - now);
+            return false;
         }
         if (nbdblk_conns_poll(s->conns, s->nr_conns + s->nr_starting,
                               MAX(left / 1000000, 1)) < 0) {
-            return -1;
+            return true;
         }
     }
-    return s->probe_state > 0 ? clock_ns() - start : -1;
+    /* Seen late (this process was not running, say): not quick. */
+    return clock_ns() <= deadline;
 }
 
 void nbdblk_spread_open(NbdBlkState *s, bool asked)
 {
     int64_t len = MAX(s->min_block, 4096);
-    int64_t best = INT64_MAX;
-    bool probed = false;
 
-    if (asked) {
-        nbdblk_connect_start_more(s);   /* made anyway: during the probe */
-    }
-    if (s->size >= len) {
-        s->probe_buf = g_malloc(len);
-        for (int i = 0; i < NBDBLK_PROBE_TRIES; i++) {
-            int64_t t;
-
-            if (i > 0) {
-                /* Not beside nbdkit starting the new connections' threads:
-                 * the very stall this second read is there to see past. */
-                nbdblk_connect_wait_started(s);
-            }
-            t = nbdblk_probe_read(s, len);
-
-            if (t < 0) {
-                break;  /* a read error is the copy's business */
-            }
-            probed = true;
-            best = MIN(best, t);
-            if (best < NBDBLK_SPREAD_LATENCY_NS ||
-                t >= NBDBLK_PROBE_SURE_NS) {
-                break;  /* one fast answer is enough; so is a sure slow one
-                         * (no answer included) */
-            }
-        }
-    }
-    s->latency_bound = probed && best >= NBDBLK_SPREAD_LATENCY_NS;
+    /* Made anyway when asked for; otherwise started in case the server
+     * is slow, beside the idle read. */
+    nbdblk_connect_start_more(s);
+    s->latency_bound = s->size >= len && !nbdblk_probe_quick(s, len);
     if (asked || s->latency_bound) {
-        nbdblk_connect_more(s);
-        nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, s->nr_conns);
+        nbdblk_connect_wait_started(s);
+        nbdblk_connect_join(s);
     } else {
-        /* Started for a first answer that was slow, then a quick one. */
         nbdblk_connect_drop_started(s);
-        nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP, 1);
     }
-    g_debug("nbd: %s: idle read of %" PRId64 " bytes in %" PRId64 " us: "
-            "%s", s->display, len,
-            !probed || best == INT64_MAX ? -1 : best / 1000,
-            s->latency_bound ? "latency-bound: all connections, deep window"
-            : s->spread == NBDBLK_SPREAD_FIXED ? "all connections"
-                                               : "one connection, then a trial");
-}
-
-void nbdblk_spread_dispatch(NbdBlkState *s)
-{
-    if (s->spread == NBDBLK_SPREAD_CONNECT) {
-        nbdblk_connect_start_more(s);
-        for (int i = 0; i < s->nr_starting; i++) {
-            NbdBlkConn *c = &s->conns[s->nr_conns + i];
-
-            c->connecting = true;
-            nbdblk_source_attach(c);
-        }
-        s->spread = NBDBLK_SPREAD_CONNECTING;
-        s->connecting_since_ns = clock_ns();
-    }
-    if (s->spread != NBDBLK_SPREAD_CONNECTING) {
-        return;
-    }
-    for (int i = 0; i < s->nr_starting; i++) {
-        if (nbd_aio_is_connecting(s->conns[s->nr_conns + i].h) == 1 &&
-            (!s->connect_timeout ||
-             clock_ns() - s->connecting_since_ns <
-             nbdblk_connect_timeout_ns(s))) {
-            return;     /* a later dispatch, of its source or another;
-                         * after the connect timeout the join drops it */
-        }
-    }
-    nbdblk_connect_join(s);
-    if (s->nr_conns == 1) {
-        /* Nothing to spread to: the deep window alone. */
-        s->latency_bound = true;
-        nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, 1);
-        g_debug("nbd: %s: one connection, deep window", s->display);
-        return;
-    }
-    nbdblk_spread_set(s, NBDBLK_SPREAD_WARMUP_ALL, s->nr_conns);
+    g_debug("nbd: %s: idle read %s within %d us: %d connection(s), %s "
+            "window", s->display,
+            s->latency_bound ? "not answered" : "answered",
+            NBDBLK_SPREAD_LATENCY_NS / 1000, s->nr_conns,
+            s->latency_bound ? "deep" : "shallow");
 }
 
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
 {
     NbdBlkConn *best = NULL;
-    int n = s->nr_active;
+    int n = s->nr_conns;
 
     for (int i = 0; i < n; i++) {
         NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
 
         if (!c->dead && (!best || c->in_flight < best->in_flight)) {
             best = c;
-        }
-    }
-    if (!best && n < s->nr_conns) {
-        /* Those taking requests died: the others take over. */
-        n = s->nr_conns;
-        for (int i = 0; i < n; i++) {
-            NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
-
-            if (!c->dead && (!best || c->in_flight < best->in_flight)) {
-                best = c;
-            }
         }
     }
     if (best) {
@@ -266,67 +223,7 @@ NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
 
 void nbdblk_spread_done(NbdBlkReq *req)
 {
-    NbdBlkState *s = req->s;
-    int64_t now;
-    double rate;
-
-    if (s->spread == NBDBLK_SPREAD_FIXED || req->ret < 0 ||
-        (req->op != NBDBLK_OP_READ && req->op != NBDBLK_OP_WRITE)) {
-        return;
-    }
-    now = clock_ns();
-    /* Beyond what its bytes take at 1 GB/s: a 32 MiB request is slow to
-     * answer on any server. */
-    s->trial_min_ns = MIN(s->trial_min_ns,
-                          now - req->issued_ns -
-                          req->bytes * NBDBLK_TRIAL_NS_PER_BYTE);
-    s->trial_bytes += req->bytes;
-    if (s->spread == NBDBLK_SPREAD_CONNECT ||
-        s->spread == NBDBLK_SPREAD_CONNECTING ||
-        s->trial_bytes < (s->spread == NBDBLK_SPREAD_WARMUP ?
-                          NBDBLK_TRIAL_WARMUP :
-                          s->spread == NBDBLK_SPREAD_WARMUP_ALL ?
-                          NBDBLK_TRIAL_WARMUP * s->nr_active :
-                          NBDBLK_TRIAL_BYTES)) {
-        return;
-    }
-    rate = (double)s->trial_bytes / MAX(now - s->trial_start_ns, 1);
-    switch (s->spread) {
-    case NBDBLK_SPREAD_WARMUP:
-        nbdblk_spread_set(s, NBDBLK_SPREAD_TRY_ONE, 1);
-        break;
-    case NBDBLK_SPREAD_TRY_ONE:
-        g_debug("nbd: %s: %.0f MB/s on one connection, quickest answer "
-                "%" PRId64 " us over 1 GB/s: %s", s->display, rate * 1000,
-                s->trial_min_ns / 1000,
-                s->trial_min_ns < NBDBLK_SPREAD_LATENCY_NS
-                ? "one from now on" : "trying more");
-        if (s->trial_min_ns < NBDBLK_SPREAD_LATENCY_NS) {
-            nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED, 1);
-            break;
-        }
-        /* No nbd_* calls here: nbdblk_spread_dispatch() connects. */
-        s->trial_rate_one = rate;
-        s->spread = NBDBLK_SPREAD_CONNECT;
-        break;
-    case NBDBLK_SPREAD_WARMUP_ALL:
-        nbdblk_spread_set(s, NBDBLK_SPREAD_TRY_ALL, s->nr_conns);
-        break;
-    case NBDBLK_SPREAD_TRY_ALL:
-        /* Gaining from more workers is being latency-bound: the deep
-         * window too. */
-        s->latency_bound = rate >= NBDBLK_TRIAL_GAIN * s->trial_rate_one;
-        nbdblk_spread_set(s, NBDBLK_SPREAD_FIXED,
-                          s->latency_bound ? s->nr_conns : 1);
-        g_debug("nbd: %s: %.0f MB/s on one connection, %.0f MB/s on %d: "
-                "%d from now on", s->display, s->trial_rate_one * 1000,
-                rate * 1000, s->nr_conns, s->nr_active);
-        break;
-    case NBDBLK_SPREAD_CONNECT:
-    case NBDBLK_SPREAD_CONNECTING:
-    case NBDBLK_SPREAD_FIXED:
-        g_assert_not_reached();
-    }
+    req->conn->replies++;
 }
 
 int nbdblk_get_active_connections(BlockDriverState *bs)
@@ -338,18 +235,16 @@ int nbdblk_get_active_connections(BlockDriverState *bs)
         return 0;
     }
     /* Retired connections take no requests (nbdblk_pick_conn()). */
-    for (int i = 0; i < s->nr_active; i++) {
+    for (int i = 0; i < s->nr_conns; i++) {
         live += !s->conns[i].dead;
     }
-    for (int i = s->nr_active; i < s->nr_conns && !live; i++) {
-        live += !s->conns[i].dead;
-    }
-    return live ? live : s->nr_active;
+    return live ? live : s->nr_conns;
 }
 
-bool nbdblk_spread_decided(BlockDriverState *bs)
+uint64_t nbdblk_get_replies(BlockDriverState *bs, int index)
 {
     NbdBlkState *s = bs->opaque;
 
-    return bs->drv == &bdrv_nbd && s->spread == NBDBLK_SPREAD_FIXED;
+    g_assert(bs->drv == &bdrv_nbd);
+    return index >= 0 && index < s->nr_conns ? s->conns[index].replies : 0;
 }

@@ -4,9 +4,9 @@
  * handle synchronously (the control path may block), reads the export's
  * size, flags and block size constraints, and when the server advertises
  * multi-conn opens up to "connections" handles (default: one per CPU, at
- * most 4; with the default count only the first takes requests until the
- * server shows latency, block/nbd-spread.c).  From then on every handle
- * is driven asynchronously by its GSource on the main loop
+ * most 4; with the default count the others only when the server does not
+ * answer an idle read within 2 ms, block/nbd-spread.c).  From then on
+ * every handle is driven asynchronously by its GSource on the main loop
  * (block/nbd-source.c, block/nbd-io.c).
  *
  * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
@@ -159,73 +159,6 @@ static bool nbdblk_read_export(NbdBlkState *s, int flags, GError **errp)
     return true;
 }
 
-void nbdblk_connect_start_more(NbdBlkState *s)
-{
-    while (s->nr_conns + s->nr_starting < s->nr_planned) {
-        NbdBlkConn *c = &s->conns[s->nr_conns + s->nr_starting];
-        g_autoptr(GError) err = NULL;
-
-        c->index = s->nr_conns + s->nr_starting;
-        if (!nbdblk_conn_start(s, c, &err)) {
-            g_debug("nbd: %s: connection %d: %s", s->display, c->index,
-                    err->message);
-            return;
-        }
-        s->nr_starting++;
-    }
-}
-
-void nbdblk_connect_drop_started(NbdBlkState *s)
-{
-    if (s->nr_starting) {
-        g_debug("nbd: %s: closing %d connection(s) started and not joined",
-                s->display, s->nr_starting);
-    }
-    for (int i = 0; i < s->nr_starting; i++) {
-        NbdBlkConn *c = &s->conns[s->nr_conns + i];
-
-        nbdblk_source_destroy(c);
-        nbdblk_conn_close(c);
-        c->connecting = false;
-    }
-    s->nr_starting = 0;
-}
-
-void nbdblk_connect_wait_started(NbdBlkState *s)
-{
-    /* Those not ready by then (the first of them failed, the time is up,
-     * or the caller was interrupted) are dropped by the join. */
-    nbdblk_conns_wait_connected(&s->conns[s->nr_conns], s->nr_starting,
-                                nbdblk_connect_timeout_ns(s));
-}
-
-void nbdblk_connect_join(NbdBlkState *s)
-{
-    while (s->nr_starting) {
-        NbdBlkConn *c = &s->conns[s->nr_conns];
-
-        if (nbd_aio_is_ready(c->h) != 1 || nbd_get_size(c->h) != s->size ||
-            nbd_is_read_only(c->h) != s->read_only) {
-            g_debug("nbd: %s: connection %d could not be made: %s",
-                    s->display, c->index,
-                    nbd_aio_is_ready(c->h) != 1 ? "no handshake"
-                                                : "a different export");
-            break;
-        }
-        c->connecting = false;
-        s->nr_conns++;
-        s->nr_starting--;
-    }
-    nbdblk_connect_drop_started(s);
-}
-
-void nbdblk_connect_more(NbdBlkState *s)
-{
-    nbdblk_connect_start_more(s);
-    nbdblk_connect_wait_started(s);
-    nbdblk_connect_join(s);
-}
-
 static void nbdblk_close(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
@@ -236,7 +169,6 @@ static void nbdblk_close(BlockDriverState *bs)
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
-    nbdblk_connect_drop_started(s);
     nbdblk_drop_requests(s);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
@@ -310,9 +242,8 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     /*
      * Copying from an NBD server, every byte is received into a buffer
      * and sent on from it: requests of nbdcopy's 256 KiB keep it in the
-     * CPU caches in between, on our side and the server's.  bench/nbd.sh
-     * W1 (nbdkit sparse-random, 8G onto itself): 1.19 s with 1 MiB
-     * requests, 0.98 s with 256 KiB (nbdcopy: 1.03 s).
+     * CPU caches in between, on our side and the server's (bench/nbd.sh
+     * W1; bench/README.md).
      */
     bl->copy_transfer = MIN(MAX(NBDBLK_COPY_TRANSFER, bl->opt_transfer),
                             bl->max_transfer);
@@ -322,20 +253,18 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     /*
      * Per connection.  A latency-bound server's workers (nbdkit: 16 per
      * connection) sit out the latency with a request each; one more
-     * queued behind each starts the moment it finishes.  bench/nbd.sh W2
-     * (10 ms, 2 connections): 16 MiB in flight 0.95-1.0 s, 32 MiB
-     * 0.58-0.88 s, 64 MiB 0.54-0.59 s, 96 or 128 MiB no faster.  A server
-     * that answers within a millisecond needs a few MiB at a few GB/s;
-     * more only spreads the data over more cache and more first touches,
-     * ours and its workers' (W3: 8 MiB 0.733 s against 16 MiB 0.777 s,
-     * 7 runs each; mirror-tool start 0.741 s against 0.770 s).
+     * queued behind each starts the moment it finishes, and more than
+     * that only waits.  A server that answers within a millisecond needs
+     * a few MiB in flight at a few GB/s; more only spreads the data over
+     * more cache and more first touches, ours and its workers'
+     * (bench/README.md, "The window follows the server").  Which of the
+     * two is decided at open (nbd-spread.c).
      */
-    bl->window_bytes = s->latency_bound || s->spread != NBDBLK_SPREAD_FIXED
-                       ? NBDBLK_WINDOW_LATENCY : NBDBLK_WINDOW_FAST;
+    bl->window_bytes = s->latency_bound ? NBDBLK_WINDOW_LATENCY
+                                        : NBDBLK_WINDOW_FAST;
 }
 
-/* The deep window once the server is known to be latency-bound: at open,
- * or when a trial found the other connections faster (nbd-spread.c). */
+/* The window of open (refresh_limits()): decided there for good. */
 static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
 {
     NbdBlkState *s = bs->opaque;
@@ -344,10 +273,8 @@ static int64_t nbdblk_get_window_bytes(BlockDriverState *bs)
 }
 
 /*
- * The connections taking requests.  A window sized for all of them
- * against a server that answers at once only cost: W3 of bench/nbd.sh
- * (one connection taking requests) 0.76 s with 16 MiB in flight, 0.82 s
- * with 32; W1 1.27 s against 1.34.
+ * The connections taking requests: a window sized for all of them against
+ * a server that answers at once on one would only cost.
  */
 static uint32_t nbdblk_get_active_channels(BlockDriverState *bs)
 {
@@ -385,16 +312,16 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
     }
     nbdblk_info_add(sp, "tls: %s", uri->tls ? "yes" : "no");
     nbdblk_info_add(sp, "read-only: %s", s->read_only ? "yes" : "no");
-    if (s->nr_conns < s->nr_planned && s->spread != NBDBLK_SPREAD_FIXED) {
+    if (s->nr_conns < s->nr_planned) {
         nbdblk_info_add(sp, "connections: %d (up to %d)", s->nr_conns,
                         s->nr_planned);
     } else {
         nbdblk_info_add(sp, "connections: %d", s->nr_conns);
     }
-    nbdblk_info_add(sp, "connections taking requests: %d%s", s->nr_active,
-                    s->spread == NBDBLK_SPREAD_FIXED || s->nr_planned == 1
-                    ? "" : " (more if a trial on the data path finds them "
-                    "faster)");
+    nbdblk_info_add(sp, "connections taking requests: %d",
+                    nbdblk_get_active_connections(bs));
+    nbdblk_info_add(sp, "latency-bound: %s",
+                    s->latency_bound ? "yes (deep window)" : "no");
     nbdblk_info_add(sp, "multi-conn: %s", s->can_multi_conn ? "yes" : "no");
     nbdblk_info_add(sp, "block size: minimum %u, preferred %u, maximum %u "
                     "(0: not advertised)", s->min_block, s->pref_block,

@@ -28,9 +28,9 @@
 
 /*
  * The default of the "connections" open option: one per CPU, at most 4.
- * Each connection costs the server a reader and threads; on a 2-core
- * machine running client and server, bench/nbd.sh measured 2 connections
- * ahead of 4 on W1 and W2 (server CPU per byte drops by a third).
+ * Each connection costs the server a reader and threads, and client and
+ * server share the CPUs when both run on one machine: more connections
+ * than CPUs only compete for them (bench/nbd.sh, W1 and W2).
  */
 int nbdblk_default_connections(void);
 
@@ -125,15 +125,18 @@ char *nbdblk_uri_redact(const char *spec);
 int nbdblk_get_connections(BlockDriverState *bs);
 
 /*
- * How many of them take requests right now (block/nbd-spread.c): all when
- * the count was asked for, the server has shown latency or the trial found
- * them faster; 1 otherwise; less those retired since (dead, their requests
- * moved to the others).  0 if @bs is not an NBD node.
+ * How many of them take requests right now: all of them (block/nbd-spread.c
+ * decides at open how many to make), less those retired since (dead, their
+ * requests moved to the others).  0 if @bs is not an NBD node.
  */
 int nbdblk_get_active_connections(BlockDriverState *bs);
 
-/* Whether that number is final (no trial pending or running). */
-bool nbdblk_spread_decided(BlockDriverState *bs);
+/*
+ * Introspection for tests: requests answered on connection @index of @bs
+ * (an open "nbd" node), in the order the connections were made; 0 for an
+ * index past them.
+ */
+uint64_t nbdblk_get_replies(BlockDriverState *bs, int index);
 
 /*
  * Introspection for tests: requests of @bs issued to libnbd and holding a

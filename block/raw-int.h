@@ -107,18 +107,10 @@ int raw_do_map(BDRVRawState *s, int64_t offset, int64_t bytes,
                BdrvMapping *map);
 
 /*
- * Whether a view of an in-memory file costs less than a read into a buffer
- * on this machine: measured on the first call (about 1 ms), the same
- * answer after.  Thread-safe.
+ * Whether views of in-memory files are used when nobody asked either way:
+ * a fixed rule (raw-map.c), no measurement.  Thread-safe.
  */
 bool raw_views_pay(void);
-
-/*
- * Start raw_views_pay()'s measurement on a thread of its own, once per
- * process, so that it runs while the rest of the job opens (an NBD
- * handshake waits on the server) instead of at the first copy.
- */
-void raw_views_probe_early(void);
 
 /* BlockDriver can_map / unmap (raw-map.c) and map (raw-aio.c). */
 bool raw_can_map(BlockDriverState *bs);

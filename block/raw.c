@@ -278,9 +278,6 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     in_memory = fd_in_memory(s->fd);
     s->can_map = in_memory && o.views != ON_OFF_AUTO_OFF;
     s->map_forced = o.views == ON_OFF_AUTO_ON;
-    if (s->can_map && !s->map_forced) {
-        raw_views_probe_early();        /* 2-3 ms, off the copy's start */
-    }
     s->can_copy = in_memory && o.copy_offload != ON_OFF_AUTO_OFF;
     /* What the open options came to (the tests read it). */
     g_debug("raw '%s': views %s, fused copies %s", spec,
