@@ -285,9 +285,8 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
             s->can_copy ? "on" : "off");
     /* Its I/O never waits for a device: run it as CPU work, one worker
      * per CPU taking requests back to back, instead of a thread for each
-     * request in flight (start, 2 GiB into nbdkit file: 0.671 against
-     * 0.656 s, 3700 against 3000 context switches; W2 of bench/nbd.sh
-     * 0.581 against 0.570 s; 9 and 7 runs). */
+     * request in flight (fewer context switches, no slower:
+     * bench/README.md). */
     s->cpu_bound = in_memory;
     return true;
 
