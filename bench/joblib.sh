@@ -193,8 +193,8 @@ print_header() {
     echo "# defaults: granularity 64K (an NBD target has no cluster size), operations" \
         "of at most 1M; qemu-storage-daemon: 1 NBD connection, 16 in flight, buf-size 16M;" \
         "mirror-tool: one NBD connection per CPU (at most 4) opened, 16 in flight and 16M" \
-        "per connection opened, requests on the first connection only until the server" \
-        "shows latency (block/nbd-spread.c)"
+        "per connection opened; at open, a server that answers an idle read within 2 ms" \
+        "keeps one connection, else every connection and 32M each (block/nbd-spread.c)"
     echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
