@@ -135,6 +135,7 @@ static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
                           pool, NULL);
     g_source_set_name(pool->source, "thread-pool");
     g_source_attach(pool->source, ctx);
+    g_debug("thread pool: up to %d workers", max_threads);
     return pool;
 }
 
@@ -208,6 +209,7 @@ void thread_pool_set_threads(int threads)
     g_assert(threads >= 1 && threads <= THREAD_POOL_MAX_THREADS);
     g_mutex_lock(&pool_lock);
     pool_threads = threads;
+    g_debug("thread pool: up to %d workers", threads);
     if (pools) {
         g_hash_table_iter_init(&it, pools);
         while (g_hash_table_iter_next(&it, NULL, &pool)) {
@@ -220,6 +222,7 @@ void thread_pool_set_threads(int threads)
 void thread_pool_set_max_threads(ThreadPool *pool, int max_threads)
 {
     max_threads = CLAMP(max_threads, 1, THREAD_POOL_MAX_THREADS);
+    g_debug("thread pool: up to %d workers", max_threads);
     g_thread_pool_set_max_threads(pool->workers, max_threads, NULL);
     g_atomic_int_set(&pool->cpu_max,
                      CLAMP((int)g_get_num_processors(), 1, max_threads));
