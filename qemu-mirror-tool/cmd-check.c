@@ -175,8 +175,7 @@ int cmd_check(int argc, char **argv)
         !tool_expect_args("check", argc, 1, "one image")) {
         return TOOL_EXIT_FAILURE;
     }
-    if (format && !bdrv_find_format(format)) {
-        tool_error("-f '%s': unknown image format", format);
+    if (!tool_check_format("-f", format)) {
         return TOOL_EXIT_FAILURE;
     }
     bs = tool_open_image(NULL, argv[1], format, 0, NULL);

@@ -130,8 +130,7 @@ int cmd_serve(int argc, char **argv)
     if (!tool_export_limits_apply(&lim, "--", NULL)) {
         return TOOL_EXIT_USAGE;
     }
-    if (format && !bdrv_find_format(format)) {
-        tool_error("-f '%s': unknown image format", format);
+    if (!tool_check_format("-f", format)) {
         return TOOL_EXIT_USAGE;
     }
     opts = tool_open_options(argv[2], NULL, user_opts);

@@ -96,12 +96,8 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
     mirror_params_init(p);
     p->target_is_zero = o->target_is_zero;
     p->auto_complete = !o->qmp;
-    if (o->src_format && !bdrv_find_format(o->src_format)) {
-        tool_error("-f '%s': unknown image format", o->src_format);
-        return false;
-    }
-    if (o->dst_format && !bdrv_find_format(o->dst_format)) {
-        tool_error("-O '%s': unknown image format", o->dst_format);
+    if (!tool_check_format("-f", o->src_format) ||
+        !tool_check_format("-O", o->dst_format)) {
         return false;
     }
     if (o->sync) {

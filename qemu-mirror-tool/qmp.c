@@ -868,74 +868,65 @@ bool qmp_check_args(JsonObject *args, const char *const *allowed,
     return true;
 }
 
-static JsonNode *qmp_arg(JsonObject *args, const char *name, bool required,
-                         GType type, const char *type_name, GError **errp)
+/*
+ * Argument @name of @args, of JSON type @type (@type_name in the error):
+ * true with *@node set, or NULL when it is absent and not @required;
+ * false with @errp set when it is missing or of another type.
+ */
+static bool qmp_arg(JsonObject *args, const char *name, bool required,
+                    GType type, const char *type_name, JsonNode **node,
+                    GError **errp)
 {
     JsonNode *n = json_object_get_member(args, name);
 
+    *node = NULL;
     if (!n) {
         if (required) {
             g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
                         "Parameter '%s' is missing", name);
+            return false;
         }
-        return NULL;
+        return true;
     }
     if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != type) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
                     "Invalid parameter type for '%s', expected: %s", name,
                     type_name);
-        return NULL;
+        return false;
     }
-    return n;
+    *node = n;
+    return true;
 }
 
 bool qmp_arg_str(JsonObject *args, const char *name, bool required,
                  const char **out, GError **errp)
 {
-    GError *err = NULL;
-    JsonNode *n = qmp_arg(args, name, required, G_TYPE_STRING, "string",
-                          &err);
+    JsonNode *n;
+    bool ok = qmp_arg(args, name, required, G_TYPE_STRING, "string", &n,
+                      errp);
 
-    if (n) {
-        *out = json_node_get_string(n);
-    }
-    if (err) {
-        g_propagate_error(errp, err);
-        return false;
-    }
-    return true;
+    *out = n ? json_node_get_string(n) : *out;
+    return ok;
 }
 
 bool qmp_arg_int(JsonObject *args, const char *name, bool required,
                  int64_t *out, GError **errp)
 {
-    GError *err = NULL;
-    JsonNode *n = qmp_arg(args, name, required, G_TYPE_INT64, "integer",
-                          &err);
+    JsonNode *n;
+    bool ok = qmp_arg(args, name, required, G_TYPE_INT64, "integer", &n,
+                      errp);
 
-    if (n) {
-        *out = json_node_get_int(n);
-    }
-    if (err) {
-        g_propagate_error(errp, err);
-        return false;
-    }
-    return true;
+    *out = n ? json_node_get_int(n) : *out;
+    return ok;
 }
 
 bool qmp_arg_bool(JsonObject *args, const char *name, bool required,
                   bool *out, GError **errp)
 {
-    GError *err = NULL;
-    JsonNode *n = qmp_arg(args, name, required, G_TYPE_BOOLEAN, "boolean",
-                          &err);
+    JsonNode *n;
+    bool ok = qmp_arg(args, name, required, G_TYPE_BOOLEAN, "boolean", &n,
+                      errp);
 
-    if (n) {
-        *out = json_node_get_boolean(n);
-    }
-    if (err) {
-        g_propagate_error(errp, err);
-        return false;
-    }
-    return true;
+    *out = n ? json_node_get_boolean(n) : *out;
+    return ok;
 }

@@ -146,8 +146,7 @@ BlockDriverState *tool_open_one_image(const char *command,
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return NULL;
     }
-    if (format && !bdrv_find_format(format)) {
-        tool_error("-f '%s': unknown image format", format);
+    if (!tool_check_format("-f", format)) {
         return NULL;
     }
     opts = tool_open_options(argv[1], NULL, user_opts);
@@ -276,6 +275,15 @@ bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
         }
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
+    return true;
+}
+
+bool tool_check_format(const char *opt, const char *format)
+{
+    if (format && !bdrv_find_format(format)) {
+        tool_error("%s '%s': unknown image format", opt, format);
+        return false;
     }
     return true;
 }

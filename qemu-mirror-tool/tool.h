@@ -138,6 +138,13 @@ bool tool_parse_open_options(const char *opt, const char *str,
 bool tool_check_target_chain(BlockDriverState *src, const char *target);
 
 /*
+ * Is @format (given with option @opt, e.g. "-f"; NULL: none given, probe)
+ * a driver we have?  Prints "-f 'FMT': unknown image format" and returns
+ * false when not.
+ */
+bool tool_check_format(const char *opt, const char *format);
+
+/*
  * The end of a command that printed its results on stdout: flush stdout.
  * If that or an earlier write failed (a full disk, a closed pipe), print
  * "mirror-tool: stdout: REASON" and return TOOL_EXIT_FAILURE; otherwise
