@@ -204,7 +204,8 @@ static bool convert_check_job(BlockDriverState *src, const MirrorParams *p)
  * (as @fmt): the driver only reads them when it opens an image, and by
  * then bdrv_create() has made or truncated the target.  So open a small
  * image of that format made in memory (a memfd, no file anywhere) with
- * them.  Only a bad value (BLOCK_ERROR_INVALID) counts: the memfd is not
+ * them, read-only: the check changes no image (a writable qcow2 syncs at
+ * close, which the crash test's kill points count).  Only a bad value (BLOCK_ERROR_INVALID) counts: the memfd is not
  * the target's file system, and what it cannot do (cache=none where tmpfs
  * has no O_DIRECT, before Linux 6.6) says nothing of the target; the open
  * after the create checks that.  False with the message printed, naming
@@ -228,7 +229,7 @@ static bool convert_check_target_opts(const char *fmt, const char *dst,
     }
     path = g_strdup_printf("/proc/self/fd/%d", fd);
     if (bdrv_create(fmt, path, 64 * KiB, NULL, NULL)) {
-        bs = bdrv_open(path, fmt, BDRV_O_RDWR, user, &err);
+        bs = bdrv_open(path, fmt, 0, user, &err);
         if (bs) {
             bdrv_unref(bs);
         } else if (g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)) {
