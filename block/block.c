@@ -682,6 +682,11 @@ int64_t bdrv_get_copy_transfer(BlockDriverState *bs)
     return bs->bl.copy_transfer;
 }
 
+int64_t bdrv_get_opt_transfer(BlockDriverState *bs)
+{
+    return bs->bl.opt_transfer;
+}
+
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp)
 {
     *info = (BlockImageInfo) {

@@ -256,6 +256,10 @@ int64_t bdrv_get_max_window_bytes(BlockDriverState *bs);
  * (BlockLimits.copy_transfer); 0 when it has no preference. */
 int64_t bdrv_get_copy_transfer(BlockDriverState *bs);
 
+/* The request size @bs's driver prefers (BlockLimits.opt_transfer),
+ * informational; 0 when it has no preference. */
+int64_t bdrv_get_opt_transfer(BlockDriverState *bs);
+
 /* Fill @info for `info`.  Returns false with @errp set on failure. */
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
 

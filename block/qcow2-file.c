@@ -130,7 +130,7 @@ int qcow2_pread(BDRVQcow2State *s, int64_t offset, void *buf,
 
 /* Data: whatever lies past the end of the file reads as zero. */
 int qcow2_pread_data(BDRVQcow2State *s, int64_t offset, void *buf,
-                            int64_t bytes)
+                     int64_t bytes)
 {
     int64_t n = file_pread_full(s->fd, buf, bytes, offset, 0);
 
@@ -142,7 +142,7 @@ int qcow2_pread_data(BDRVQcow2State *s, int64_t offset, void *buf,
 }
 
 int qcow2_pwritev(BDRVQcow2State *s, int64_t offset,
-                         struct iovec *iov, int niov)
+                  struct iovec *iov, int niov)
 {
     qcow2_debug_change('W');
     return file_pwritev_full(s->fd, iov, niov, offset, 0);

@@ -77,7 +77,7 @@ static int64_t raw_head_bytes(BDRVRawState *s, int64_t bytes)
 }
 
 int raw_pread(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                     void *buf)
+              void *buf)
 {
     BDRVRawState *s = bs->opaque;
     int64_t head = raw_head_bytes(s, bytes);
@@ -245,7 +245,7 @@ static void raw_write_end(BDRVRawState *s)
 }
 
 int raw_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                      const void *buf, BdrvRequestFlags flags)
+               const void *buf, BdrvRequestFlags flags)
 {
     BDRVRawState *s = bs->opaque;
     int ret;
@@ -257,7 +257,7 @@ int raw_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
 }
 
 int raw_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
-                             int64_t bytes, BdrvRequestFlags flags)
+                      int64_t bytes, BdrvRequestFlags flags)
 {
     BDRVRawState *s = bs->opaque;
     int ret;
@@ -280,13 +280,13 @@ int raw_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes)
 }
 
 int raw_block_status(BlockDriverState *bs, int64_t offset,
-                            int64_t bytes, GArray *extents)
+                     int64_t bytes, GArray *extents)
 {
     return raw_do_status(bs->opaque, offset, bytes, extents);
 }
 
 int raw_map(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                   BdrvMapping *map)
+            BdrvMapping *map)
 {
     return raw_do_map(bs->opaque, offset, bytes, map);
 }

@@ -20,7 +20,6 @@
 #ifndef BLOCK_EXPORT_NBD_INT_H
 #define BLOCK_EXPORT_NBD_INT_H
 
-#include "block/block-int.h"
 #include "block/export/nbd-server.h"
 #include "util/cutils.h"
 #include "util/sockets.h"

@@ -319,7 +319,7 @@ static void nbdsrv_start_tick(NbdServer *srv)
 static void nbdsrv_set_limits(NbdServer *srv)
 {
     uint32_t align = bdrv_get_request_alignment(srv->bs);
-    int64_t opt = srv->bs->bl.opt_transfer;
+    int64_t opt = bdrv_get_opt_transfer(srv->bs);
 
     /* io.c pads anything, so the minimum is only a hint of efficiency;
      * the protocol caps it at 64 KiB. */

@@ -6,6 +6,7 @@
  */
 #include "tests/qtest-like/export-fixture.h"
 #include "tests/qtest-like/test-util.h"
+#include "block/block-int.h"
 #include "block/export/nbd-server-int.h"
 
 #include <errno.h>

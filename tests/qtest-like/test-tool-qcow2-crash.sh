@@ -230,6 +230,14 @@ make_data a.raw $((4 * MiB)) "$SEED"
 make_data b.raw $((4 * MiB)) $((SEED + 1))
 truncate -s $((4 * MiB)) zero.raw
 
+# Change 1 is the target's: the check of --target-opts before the create
+# (an image in a memfd) changes no file, or a kill there leaves no image.
+killed_at 1 "convert, kill-at=1" "$T" convert "${CACHES[@]}" -O qcow2 \
+    a.raw t.qcow2
+[ "$how" = killed ] && [ -e t.qcow2 ] ||
+    fail "convert, kill-at=1: $how, $(ls t.qcow2 2>&1)"
+ok "convert, kill-at=1: killed with the target created"
+
 scenario "convert, 512 B clusters" 12 "" a.raw zero.raw \
     -O qcow2 -o cluster_size=512
 scenario "convert, 64 KiB clusters" 10 "" a.raw zero.raw -O qcow2
