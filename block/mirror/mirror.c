@@ -14,7 +14,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror/mirror-int.h"
+#include "block/mirror/mirror-core.h"
 #include "block/mirror/mirror-top.h"
 
 #include <errno.h>
@@ -37,7 +37,8 @@ static gboolean mirror_kick_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-void mirror_kick(MirrorJob *s)
+/* Pump later, from the main loop (for calls from outside the job). */
+static void mirror_kick(MirrorJob *s)
 {
     /* Before job_start() (set-speed in CREATED) there is nothing to do. */
     if (!s->kick && !s->finished && s->track.dirty) {
@@ -55,10 +56,18 @@ static gboolean mirror_rate_timer_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-void mirror_rate_limit_wait(MirrorJob *s, int64_t delay_ns)
+/* The planner's MirrorPlanOwner.rate_limited: over the speed limit, pump
+ * again when the delay is over. */
+static bool mirror_rate_limited(MirrorJob *s, int64_t bytes)
 {
+    int64_t delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
+
+    if (delay <= 0) {
+        return false;
+    }
     g_assert(!s->rate_timer);
-    s->rate_timer = bdrv_timer_new(delay_ns, mirror_rate_timer_cb, s);
+    s->rate_timer = bdrv_timer_new(delay, mirror_rate_timer_cb, s);
+    return true;
 }
 
 static void mirror_cancel_timers(MirrorJob *s)
@@ -78,6 +87,8 @@ static void mirror_cancel_timers(MirrorJob *s)
 /* ---- the pump and the job's state ---- */
 
 static void mirror_check_state(MirrorJob *s);
+static void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                         int64_t bytes);
 
 static bool mirror_can_issue(MirrorJob *s)
 {
@@ -194,7 +205,8 @@ static void mirror_flush_target(MirrorJob *s)
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
 }
 
-void mirror_note_target_write(MirrorJob *s)
+/* A write to the target starts: the next flush has something to do. */
+static void mirror_note_target_write(MirrorJob *s)
 {
     s->flush.writes_since++;
 }
@@ -332,8 +344,10 @@ static BlockErrorAction mirror_error_action(MirrorJob *s, bool is_read,
     }
 }
 
-void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
-                  int64_t bytes)
+/* Apply the error policy to a failed read (@is_read) or write of
+ * [offset, offset + bytes) (bytes 0: a flush); emits BLOCK_JOB_ERROR. */
+static void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                         int64_t bytes)
 {
     BlockErrorAction action = mirror_error_action(s, is_read, -ret);
     JobEvent ev = {
@@ -366,6 +380,18 @@ void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
         job_stop_on_error(&s->common);
     }
 }
+
+/* ---- the planner and the operations, as their owner ---- */
+
+const MirrorPlanOwner mirror_plan_owner = {
+    .rate_limited   = mirror_rate_limited,
+};
+
+const MirrorOpOwner mirror_op_owner = {
+    .target_write   = mirror_note_target_write,
+    .failed         = mirror_error,
+    .settled        = mirror_pump,
+};
 
 /* ---- auto-converge, as its owner ---- */
 
