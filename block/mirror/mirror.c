@@ -163,7 +163,7 @@ static void mirror_finish(MirrorJob *s, int ret)
     s->stopping = true;
     if (s->top) {
         /* After a switch-over the guests' requests now go to the target. */
-        mirror_top_set_job(s->top, NULL);
+        mirror_top_set_job(s->top, NULL, NULL);
         if (s->drained) {
             s->drained = false;
             mirror_top_drain_end(s->top);
@@ -453,6 +453,35 @@ const MirrorActiveOwner mirror_active_owner = {
     .settled        = mirror_active_settled,
 };
 
+/* ---- the mirror-top filter, as its owner ---- */
+
+/* MirrorTopOwner.write_blocking: guest writes come to the job. */
+static bool mirror_top_write_blocking(void *opaque)
+{
+    MirrorJob *s = opaque;
+
+    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
+           s->track.dirty && !s->finished && !s->stopping &&
+           s->err.ret == 0 && !job_is_cancelled(&s->common);
+}
+
+static void mirror_top_write(void *opaque, MirrorWriteKind kind,
+                             int64_t offset, int64_t bytes, const void *buf,
+                             BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                             void *cb_opaque)
+{
+    MirrorJob *s = opaque;
+
+    g_assert(mirror_top_write_blocking(s));
+    mirror_active_submit(&s->active, kind, offset, bytes, buf, flags, cb,
+                         cb_opaque);
+}
+
+static const MirrorTopOwner mirror_top_owner = {
+    .write_blocking = mirror_top_write_blocking,
+    .write          = mirror_top_write,
+};
+
 /* ---- JobDriver ---- */
 
 static void mirror_start(Job *job)
@@ -595,15 +624,6 @@ void mirror_get_stats(Job *job, MirrorStats *st)
     }
 }
 
-bool mirror_is_write_blocking(Job *job)
-{
-    MirrorJob *s = mirror_job(job);
-
-    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           s->track.dirty && !s->finished && !s->stopping &&
-           s->err.ret == 0 && !job_is_cancelled(job);
-}
-
 void mirror_job_set_top(Job *job, BlockDriverState *top)
 {
     MirrorJob *s = mirror_job(job);
@@ -611,7 +631,7 @@ void mirror_job_set_top(Job *job, BlockDriverState *top)
     g_assert(job->status == JOB_STATUS_CREATED);
     g_assert(mirror_top_child(top) == s->src);
     s->top = top;
-    mirror_top_set_job(top, job);
+    mirror_top_set_job(top, &mirror_top_owner, s);
 }
 
 bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)
@@ -641,16 +661,6 @@ void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes)
 {
     mirror_converge_set(&mirror_job(job)->converge, on, after_ms, passes);
-}
-
-void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
-                         int64_t bytes, const void *buf,
-                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
-                         void *opaque)
-{
-    g_assert(mirror_is_write_blocking(job));
-    mirror_active_submit(&mirror_job(job)->active, kind, offset, bytes, buf,
-                         flags, cb, opaque);
 }
 
 const char *mirror_get_error_detail(Job *job)
