@@ -2,8 +2,8 @@
  * Write-blocking mode: guest writes that the mirror-top filter hands to
  * the job are written to the source and then, with the same buffer, to
  * the target, before the guest hears back (QEMU's active mirror).  The
- * entry points for the filter are in mirror.h (mirror_is_write_blocking(),
- * mirror_active_write()), which the job core forwards here.
+ * filter reaches the job core through MirrorTopOwner (mirror-top.h),
+ * which forwards the writes here.
  *
  * An active write first waits until no operation overlaps the granules it
  * touches (and keeps background operations off them meanwhile), so the
@@ -68,7 +68,7 @@ void mirror_active_init(MirrorActive *a, BlockDriverState *src,
                         void *opaque);
 
 /*
- * A guest write, as mirror_active_write() (mirror.h): written to the
+ * A guest write, as MirrorTopOwner.write (mirror-top.h): written to the
  * source, then (same @buf, unchanged until @cb runs) to the target; @cb
  * gets the source write's result.  Only while the job is write-blocking.
  */

@@ -1,6 +1,6 @@
 /*
  * The mirror job, inside: MirrorJob, made of parts with one owner each,
- * and the few functions of the job core that the job-level parts call.
+ * and the owner interfaces through which the parts call the core back.
  *
  * Leaf parts: each its own struct and header; none includes this one nor
  * calls into the core but through the owner callbacks its header
@@ -18,7 +18,10 @@
  * the job's state, flushes, errors, the JobDriver and a running job's
  * API), setup (mirror-setup.c: parameters resolved and checked,
  * creation), the planner (mirror-plan.h) and the life of an operation
- * (mirror-op.h).  They call the core back through the functions below.
+ * (mirror-op.h).  The planner and the operations call the core back only
+ * through MirrorPlanOwner and MirrorOpOwner; the core's own declarations
+ * are in mirror-core.h, for mirror.c and mirror-setup.c alone.  Calls go
+ * one way: core -> plan -> op -> leaf parts; setup -> core and the rest.
  *
  * Each part writes only its own struct; the others call its functions.
  *
@@ -121,32 +124,5 @@ struct MirrorJob {
     bool draining;              /* waiting for the filter to quiesce */
     bool drained;               /* the filter is quiesced */
 };
-
-/* ---- the core, as the job-level parts see it (mirror.c) ---- */
-
-/* The JobDriver of mirror jobs. */
-extern const JobDriver mirror_job_driver;
-
-/* The job as the owner of auto-converge and of the active path. */
-extern const MirrorConvergeOwner mirror_converge_owner;
-extern const MirrorActiveOwner mirror_active_owner;
-
-/* Start operations until a limit is reached, then see whether the job
- * changes state.  Every completion calls it. */
-void mirror_pump(MirrorJob *s);
-
-/* Pump later, from the main loop (for calls from outside the job). */
-void mirror_kick(MirrorJob *s);
-
-/* Pump again after @delay_ns (the speed limit is used up). */
-void mirror_rate_limit_wait(MirrorJob *s, int64_t delay_ns);
-
-/* Apply the error policy to a failed read (@is_read) or write of
- * [offset, offset + bytes) (bytes 0: a flush); emits BLOCK_JOB_ERROR. */
-void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
-                  int64_t bytes);
-
-/* A write to the target starts: the next flush has something to do. */
-void mirror_note_target_write(MirrorJob *s);
 
 #endif /* BLOCK_MIRROR_INT_H */

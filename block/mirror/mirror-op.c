@@ -17,8 +17,9 @@
  */
 #include "block/mirror/mirror-int.h"
 
-void mirror_ops_init(MirrorJob *s)
+void mirror_ops_init(MirrorJob *s, const MirrorOpOwner *owner)
 {
+    s->ops.owner = owner;
     g_queue_init(&s->ops.ops);
     g_queue_init(&s->ops.order);
 }
@@ -75,7 +76,7 @@ static void mirror_op_done(MirrorOp *op)
     s->common.progress_current += op->bytes;
     rate_meter_add(&s->ops.copy_rate, clock_ns(), op->bytes);
     mirror_op_retire(op);
-    mirror_pump(s);
+    s->ops.owner->settled(s);
 }
 
 /*
@@ -90,10 +91,10 @@ static void mirror_op_failed(MirrorOp *op, bool is_read, int ret,
     dirty_bitmap_set(s->track.dirty, op->offset, op->bytes);
     if (ret < 0 && !job_is_cancelled(&s->common)) {
         /* After a force cancel, failures are the cancel's doing. */
-        mirror_error(s, is_read, ret, offset, bytes);
+        s->ops.owner->failed(s, is_read, ret, offset, bytes);
     }
     mirror_op_retire(op);
-    mirror_pump(s);
+    s->ops.owner->settled(s);
 }
 
 /* ---- writing ---- */
@@ -152,7 +153,7 @@ static void mirror_write_next(MirrorOp *op)
         mirror_op_done(op);
         return;
     }
-    mirror_note_target_write(s);
+    s->ops.owner->target_write(s);
 
     if (op->method == MIRROR_METHOD_ZERO) {
         mirror_piece_begin(op, pos, op->bytes, MIRROR_METHOD_ZERO);
@@ -251,7 +252,7 @@ void mirror_op_copy_done(MirrorCopy *c, int ret)
     if (c->written) {
         /* Written (or failed) whole: one piece, as mirror_write_next()
          * has. */
-        mirror_note_target_write(s);
+        s->ops.owner->target_write(s);
         mirror_piece_begin(op, op->offset, op->bytes, MIRROR_METHOD_COPY);
         mirror_write_cb(op, ret);
         return;

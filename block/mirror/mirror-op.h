@@ -48,8 +48,27 @@ typedef struct MirrorOp {
     MirrorMethod piece_method;
 } MirrorOp;
 
+/*
+ * The job's core, as the operations call it back; all on the main loop.
+ * The core fills it in (mirror-core.h); the operations call nothing of
+ * the core but these.
+ */
+typedef struct MirrorOpOwner {
+    /* A write to the target starts (the next flush has work). */
+    void (*target_write)(MirrorJob *s);
+    /* The read (@is_read) or write of [offset, offset + bytes) failed
+     * with @ret; the operation's range is dirty again: apply the error
+     * policy. */
+    void (*failed)(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                   int64_t bytes);
+    /* An operation retired: more may start, the job may change state
+     * (pump). */
+    void (*settled)(MirrorJob *s);
+} MirrorOpOwner;
+
 /* The operations of a job and what they achieved: mirror-op.c only. */
 typedef struct MirrorOpList {
+    const MirrorOpOwner *owner;
     GQueue ops;                 /* MirrorOp, in creation order */
     GQueue order;               /* in order: ops whose write is not out */
     RateMeter copy_rate;        /* bytes made clean per second */
@@ -58,8 +77,9 @@ typedef struct MirrorOpList {
     int64_t skipped;            /* known zero on both sides: no I/O */
 } MirrorOpList;
 
-/* Set up @s's operation list (before the copy path, which calls back). */
-void mirror_ops_init(MirrorJob *s);
+/* Set up @s's operation list (before the copy path, which calls back);
+ * @owner: the core, called back as MirrorOpOwner says. */
+void mirror_ops_init(MirrorJob *s, const MirrorOpOwner *owner);
 
 /* The job starts: the copy rate counts from now. */
 void mirror_ops_start(MirrorJob *s);

@@ -9,6 +9,11 @@
  */
 #include "block/mirror/mirror-int.h"
 
+void mirror_plan_init(MirrorJob *s, const MirrorPlanOwner *owner)
+{
+    s->plan.owner = owner;
+}
+
 uint64_t mirror_plan_passes(MirrorJob *s)
 {
     return s->plan.passes;
@@ -105,7 +110,7 @@ bool mirror_issue_one(MirrorJob *s)
 {
     int64_t g = s->cfg.granularity;
     MirrorMethod method;
-    int64_t offset, run_end, busy, max_bytes, bytes, delay;
+    int64_t offset, run_end, busy, max_bytes, bytes;
     uint8_t *buf = NULL;
 
     offset = mirror_next_candidate(s);
@@ -133,10 +138,8 @@ bool mirror_issue_one(MirrorJob *s)
                                     &buf)) {
             return false;
         }
-        delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
-        if (delay > 0) {
+        if (s->plan.owner->rate_limited(s, bytes)) {
             mirror_window_slot_put(&s->win, buf);
-            mirror_rate_limit_wait(s, delay);
             return false;
         }
     }

@@ -15,11 +15,28 @@
 
 typedef struct MirrorJob MirrorJob;
 
+/*
+ * The job's core, as the planner calls it; on the main loop.  The core
+ * fills it in (mirror-core.h); the planner calls nothing of the core but
+ * this.
+ */
+typedef struct MirrorPlanOwner {
+    /* A COPY of @bytes is about to start: true when the speed limit holds
+     * it back (the core pumps again once it may start), false when it may
+     * start now (the bytes are counted against the limit). */
+    bool (*rate_limited)(MirrorJob *s, int64_t bytes);
+} MirrorPlanOwner;
+
 /* Where the planner is: mirror-plan.c only. */
 typedef struct MirrorPlan {
+    const MirrorPlanOwner *owner;
     int64_t cursor;             /* where the next pass resumes */
     uint64_t passes;            /* times the cursor wrapped around */
 } MirrorPlan;
+
+/* Set up @s's planner; @owner: the core, called as MirrorPlanOwner
+ * says. */
+void mirror_plan_init(MirrorJob *s, const MirrorPlanOwner *owner);
 
 /*
  * Start one operation (or skip one known-zero range).  Returns false when

@@ -5,7 +5,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror/mirror-int.h"
+#include "block/mirror/mirror-core.h"
 
 #include <inttypes.h>
 
@@ -200,7 +200,8 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     mirror_status_init(&s->status, src, s->cfg.len, s->cfg.chunk_size,
                        s->cfg.sync == MIRROR_SYNC_MODE_TOP,
                        s->cfg.allocate_zeroes, mirror_status_fetched, s);
-    mirror_ops_init(s);
+    mirror_plan_init(s, &mirror_plan_owner);
+    mirror_ops_init(s, &mirror_op_owner);
     mirror_copy_path_init(&s->copy, src, dst, &s->win, s->cfg.in_order,
                           s->cfg.compress, mirror_op_copy_check,
                           mirror_op_copy_done);

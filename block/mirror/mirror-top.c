@@ -5,14 +5,14 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/block-int.h"
-#include "block/mirror/mirror.h"
 #include "block/mirror/mirror-top.h"
 
 #include <errno.h>
 
 typedef struct TopState {
     BlockDriverState *child;
-    Job *job;                   /* write-blocking mirror, or NULL */
+    const MirrorTopOwner *job;  /* the mirror job, or NULL */
+    void *job_opaque;
     uint64_t in_flight;
     int drain_count;
     GQueue held;                /* BdrvRequest waiting for the drain end */
@@ -77,9 +77,9 @@ static void top_dispatch(BdrvRequest *r)
     int kind = top_write_kind(r->op);
 
     s->in_flight++;
-    if (kind >= 0 && s->job && mirror_is_write_blocking(s->job)) {
-        mirror_active_write(s->job, kind, r->offset, r->bytes, r->buf,
-                            r->flags, top_request_done, r);
+    if (kind >= 0 && s->job && s->job->write_blocking(s->job_opaque)) {
+        s->job->write(s->job_opaque, kind, r->offset, r->bytes, r->buf,
+                      r->flags, top_request_done, r);
         return;
     }
     /* A guest flush flushes the source; the job flushes the target. */
@@ -167,11 +167,13 @@ BlockDriverState *mirror_top_child(BlockDriverState *top)
     return s->child;
 }
 
-void mirror_top_set_job(BlockDriverState *top, Job *job)
+void mirror_top_set_job(BlockDriverState *top, const MirrorTopOwner *owner,
+                        void *opaque)
 {
     TopState *s = top->opaque;
 
-    s->job = job;
+    s->job = owner;
+    s->job_opaque = opaque;
 }
 
 void mirror_top_drain_begin(BlockDriverState *top, void (*cb)(void *opaque),

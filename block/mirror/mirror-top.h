@@ -18,6 +18,27 @@
 
 #include "block/block.h"
 #include "block/mirror/job.h"
+#include "block/mirror/mirror.h"
+
+/*
+ * The mirror job behind the filter, as the filter calls it; on the main
+ * loop.  The job hands it over with mirror_top_set_job(); the filter
+ * calls nothing else of the job.
+ */
+typedef struct MirrorTopOwner {
+    /* Should guest writes go to @write (write-blocking mode) rather than
+     * to the child alone? */
+    bool (*write_blocking)(void *opaque);
+    /*
+     * A guest write in write-blocking mode (only while @write_blocking
+     * says so): written to the source, then (same @buf, which stays
+     * unchanged until @cb runs) to the target; @cb(@cb_opaque) gets the
+     * source write's result.
+     */
+    void (*write)(void *opaque, MirrorWriteKind kind, int64_t offset,
+                  int64_t bytes, const void *buf, BdrvRequestFlags flags,
+                  BlockCompletionFunc *cb, void *cb_opaque);
+} MirrorTopOwner;
 
 /* A filter over @child (a reference is taken); writable if @child is. */
 BlockDriverState *mirror_top_new(BlockDriverState *child, GError **errp);
@@ -25,8 +46,10 @@ BlockDriverState *mirror_top_new(BlockDriverState *child, GError **errp);
 /* The node guest requests reach now. */
 BlockDriverState *mirror_top_child(BlockDriverState *top);
 
-/* The mirror job that wants write-blocking writes, or NULL. */
-void mirror_top_set_job(BlockDriverState *top, Job *job);
+/* The mirror job that may want write-blocking writes (@owner, called
+ * with @opaque), or none (NULL). */
+void mirror_top_set_job(BlockDriverState *top, const MirrorTopOwner *owner,
+                        void *opaque);
 
 /*
  * Quiesce: from now on new requests wait; @cb(@opaque) runs (later, on

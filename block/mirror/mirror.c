@@ -14,7 +14,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
-#include "block/mirror/mirror-int.h"
+#include "block/mirror/mirror-core.h"
 #include "block/mirror/mirror-top.h"
 
 #include <errno.h>
@@ -37,7 +37,8 @@ static gboolean mirror_kick_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-void mirror_kick(MirrorJob *s)
+/* Pump later, from the main loop (for calls from outside the job). */
+static void mirror_kick(MirrorJob *s)
 {
     /* Before job_start() (set-speed in CREATED) there is nothing to do. */
     if (!s->kick && !s->finished && s->track.dirty) {
@@ -55,10 +56,18 @@ static gboolean mirror_rate_timer_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-void mirror_rate_limit_wait(MirrorJob *s, int64_t delay_ns)
+/* The planner's MirrorPlanOwner.rate_limited: over the speed limit, pump
+ * again when the delay is over. */
+static bool mirror_rate_limited(MirrorJob *s, int64_t bytes)
 {
+    int64_t delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
+
+    if (delay <= 0) {
+        return false;
+    }
     g_assert(!s->rate_timer);
-    s->rate_timer = bdrv_timer_new(delay_ns, mirror_rate_timer_cb, s);
+    s->rate_timer = bdrv_timer_new(delay, mirror_rate_timer_cb, s);
+    return true;
 }
 
 static void mirror_cancel_timers(MirrorJob *s)
@@ -78,6 +87,8 @@ static void mirror_cancel_timers(MirrorJob *s)
 /* ---- the pump and the job's state ---- */
 
 static void mirror_check_state(MirrorJob *s);
+static void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                         int64_t bytes);
 
 static bool mirror_can_issue(MirrorJob *s)
 {
@@ -152,7 +163,7 @@ static void mirror_finish(MirrorJob *s, int ret)
     s->stopping = true;
     if (s->top) {
         /* After a switch-over the guests' requests now go to the target. */
-        mirror_top_set_job(s->top, NULL);
+        mirror_top_set_job(s->top, NULL, NULL);
         if (s->drained) {
             s->drained = false;
             mirror_top_drain_end(s->top);
@@ -194,7 +205,8 @@ static void mirror_flush_target(MirrorJob *s)
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
 }
 
-void mirror_note_target_write(MirrorJob *s)
+/* A write to the target starts: the next flush has something to do. */
+static void mirror_note_target_write(MirrorJob *s)
 {
     s->flush.writes_since++;
 }
@@ -332,8 +344,10 @@ static BlockErrorAction mirror_error_action(MirrorJob *s, bool is_read,
     }
 }
 
-void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
-                  int64_t bytes)
+/* Apply the error policy to a failed read (@is_read) or write of
+ * [offset, offset + bytes) (bytes 0: a flush); emits BLOCK_JOB_ERROR. */
+static void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
+                         int64_t bytes)
 {
     BlockErrorAction action = mirror_error_action(s, is_read, -ret);
     JobEvent ev = {
@@ -366,6 +380,18 @@ void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
         job_stop_on_error(&s->common);
     }
 }
+
+/* ---- the planner and the operations, as their owner ---- */
+
+const MirrorPlanOwner mirror_plan_owner = {
+    .rate_limited   = mirror_rate_limited,
+};
+
+const MirrorOpOwner mirror_op_owner = {
+    .target_write   = mirror_note_target_write,
+    .failed         = mirror_error,
+    .settled        = mirror_pump,
+};
 
 /* ---- auto-converge, as its owner ---- */
 
@@ -425,6 +451,35 @@ const MirrorActiveOwner mirror_active_owner = {
     .target_write   = mirror_active_target_write,
     .target_failed  = mirror_active_target_failed,
     .settled        = mirror_active_settled,
+};
+
+/* ---- the mirror-top filter, as its owner ---- */
+
+/* MirrorTopOwner.write_blocking: guest writes come to the job. */
+static bool mirror_top_write_blocking(void *opaque)
+{
+    MirrorJob *s = opaque;
+
+    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
+           s->track.dirty && !s->finished && !s->stopping &&
+           s->err.ret == 0 && !job_is_cancelled(&s->common);
+}
+
+static void mirror_top_write(void *opaque, MirrorWriteKind kind,
+                             int64_t offset, int64_t bytes, const void *buf,
+                             BdrvRequestFlags flags, BlockCompletionFunc *cb,
+                             void *cb_opaque)
+{
+    MirrorJob *s = opaque;
+
+    g_assert(mirror_top_write_blocking(s));
+    mirror_active_submit(&s->active, kind, offset, bytes, buf, flags, cb,
+                         cb_opaque);
+}
+
+static const MirrorTopOwner mirror_top_owner = {
+    .write_blocking = mirror_top_write_blocking,
+    .write          = mirror_top_write,
 };
 
 /* ---- JobDriver ---- */
@@ -569,15 +624,6 @@ void mirror_get_stats(Job *job, MirrorStats *st)
     }
 }
 
-bool mirror_is_write_blocking(Job *job)
-{
-    MirrorJob *s = mirror_job(job);
-
-    return s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING &&
-           s->track.dirty && !s->finished && !s->stopping &&
-           s->err.ret == 0 && !job_is_cancelled(job);
-}
-
 void mirror_job_set_top(Job *job, BlockDriverState *top)
 {
     MirrorJob *s = mirror_job(job);
@@ -585,7 +631,7 @@ void mirror_job_set_top(Job *job, BlockDriverState *top)
     g_assert(job->status == JOB_STATUS_CREATED);
     g_assert(mirror_top_child(top) == s->src);
     s->top = top;
-    mirror_top_set_job(top, job);
+    mirror_top_set_job(top, &mirror_top_owner, s);
 }
 
 bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)
@@ -615,16 +661,6 @@ void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes)
 {
     mirror_converge_set(&mirror_job(job)->converge, on, after_ms, passes);
-}
-
-void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
-                         int64_t bytes, const void *buf,
-                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
-                         void *opaque)
-{
-    g_assert(mirror_is_write_blocking(job));
-    mirror_active_submit(&mirror_job(job)->active, kind, offset, bytes, buf,
-                         flags, cb, opaque);
 }
 
 const char *mirror_get_error_detail(Job *job)

@@ -174,19 +174,6 @@ bool mirror_check_converge_passes(int64_t passes, GError **errp);
 void mirror_set_auto_converge(Job *job, int on, int64_t after_ms,
                               int64_t passes);
 
-/* Should guest writes through the filter go to mirror_active_write()? */
-bool mirror_is_write_blocking(Job *job);
-
-/*
- * A guest write in write-blocking mode: written to the source, then (same
- * @buf, which stays unchanged until @cb runs) to the target; @cb gets the
- * source write's result.  Only while mirror_is_write_blocking().
- */
-void mirror_active_write(Job *job, MirrorWriteKind kind, int64_t offset,
-                         int64_t bytes, const void *buf,
-                         BdrvRequestFlags flags, BlockCompletionFunc *cb,
-                         void *opaque);
-
 /*
  * What went wrong, with the operation, offset, length and image, when the
  * job failed with an I/O error ("write error at offset 4194304 (length
