@@ -36,7 +36,7 @@
 #include "block/mirror/mirror-converge.h"
 #include "block/mirror/mirror-copy.h"
 #include "block/mirror/mirror-op.h"
-#include "block/mirror/mirror-plan.h"
+#include "block/mirror/mirror-plan-state.h"
 #include "block/mirror/mirror-sparse.h"
 #include "block/mirror/mirror-status.h"
 #include "block/mirror/mirror-track.h"

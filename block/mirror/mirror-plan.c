@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror-int.h"
+#include "block/mirror/mirror-plan.h"
 
 void mirror_plan_init(MirrorJob *s, const MirrorPlanOwner *owner)
 {

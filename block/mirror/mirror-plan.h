@@ -3,6 +3,8 @@
  * dirty granule at or after the cursor that no operation covers, what the
  * source's block status says is there, and how far it may coalesce
  * within the size caps, the window's byte budget and the speed limit.
+ * Included by the core, setup and the planner only; its state is in
+ * mirror-plan-state.h.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -10,29 +12,10 @@
 #ifndef BLOCK_MIRROR_PLAN_H
 #define BLOCK_MIRROR_PLAN_H
 
+#include "block/mirror/mirror-plan-state.h"
+
 #include <stdbool.h>
 #include <stdint.h>
-
-typedef struct MirrorJob MirrorJob;
-
-/*
- * The job's core, as the planner calls it; on the main loop.  The core
- * fills it in (mirror-core.h); the planner calls nothing of the core but
- * this.
- */
-typedef struct MirrorPlanOwner {
-    /* A COPY of @bytes is about to start: true when the speed limit holds
-     * it back (the core pumps again once it may start), false when it may
-     * start now (the bytes are counted against the limit). */
-    bool (*rate_limited)(MirrorJob *s, int64_t bytes);
-} MirrorPlanOwner;
-
-/* Where the planner is: mirror-plan.c only. */
-typedef struct MirrorPlan {
-    const MirrorPlanOwner *owner;
-    int64_t cursor;             /* where the next pass resumes */
-    uint64_t passes;            /* times the cursor wrapped around */
-} MirrorPlan;
 
 /* Set up @s's planner; @owner: the core, called as MirrorPlanOwner
  * says. */

@@ -6,6 +6,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror-core.h"
+#include "block/mirror/mirror-plan.h"
 
 #include <inttypes.h>
 

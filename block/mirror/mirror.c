@@ -15,6 +15,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror-core.h"
+#include "block/mirror/mirror-plan.h"
 #include "block/mirror/mirror-top.h"
 
 #include <errno.h>
