@@ -201,10 +201,11 @@ static bool convert_check_job(BlockDriverState *src, const MirrorParams *p)
  * then bdrv_create() has made or truncated the target.  So open a small
  * image of that format made in memory (a memfd, no file anywhere) with
  * them, read-only: the check changes no image (a writable qcow2 syncs at
- * close, which the crash test's kill points count).  Only a bad value (BLOCK_ERROR_INVALID) counts: the memfd is not
- * the target's file system, and what it cannot do (cache=none where tmpfs
- * has no O_DIRECT, before Linux 6.6) says nothing of the target; the open
- * after the create checks that.  False with the message printed, naming
+ * close, which the crash test's kill points count).  Only a bad value
+ * (BLOCK_ERROR_INVALID) counts: the memfd is not the target's file
+ * system, and what it cannot do (cache=none where tmpfs has no O_DIRECT,
+ * before Linux 6.6) says nothing of the target; the open after the
+ * create checks that.  False with the message printed, naming
  * @dst; true when they pass or there is nothing to check.
  */
 static bool convert_check_target_opts(const char *fmt, const char *dst,

@@ -1,6 +1,6 @@
 /*
- * NBD server internals, shared by block/export/nbd-server.c (listening, timeouts, the
- * API), nbd-server-conn.c (a connection's buffering, backpressure and
+ * NBD server internals, shared by nbd-server.c (listening, timeouts,
+ * the API), nbd-server-conn.c (a connection's buffering, backpressure and
  * lifetime), nbd-server-opts.c (handshake and options) and
  * nbd-server-cmd.c (transmission requests).
  *
