@@ -62,6 +62,13 @@ typedef struct BlockLimits {
      * asks for now is get_window_bytes().  0 = no opinion.
      */
     int64_t window_bytes;
+
+    /*
+     * Writes copy their data out on the main loop (the NBD client sends
+     * from it when its server is quick, nbd-sender.c), not on a thread of
+     * their own: see BDRV_REQ_USED_ON_LOOP.  Default false.
+     */
+    bool writes_on_loop;
 } BlockLimits;
 
 struct BlockDriver {

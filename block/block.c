@@ -682,6 +682,11 @@ int64_t bdrv_get_copy_transfer(BlockDriverState *bs)
     return bs->bl.copy_transfer;
 }
 
+bool bdrv_writes_on_loop(BlockDriverState *bs)
+{
+    return bs->bl.writes_on_loop;
+}
+
 int64_t bdrv_get_opt_transfer(BlockDriverState *bs)
 {
     return bs->bl.opt_transfer;

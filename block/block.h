@@ -56,6 +56,11 @@ typedef enum BdrvRequestFlags {
                                  * whole clusters (the last may end at the
                                  * image end); sent to the driver unsplit;
                                  * -ENOTSUP where unsupported */
+    BDRV_REQ_USED_ON_LOOP = 0x10, /* read: the main loop copies the data
+                                 * next (sends it on a socket): a driver
+                                 * whose reads are memory copies may make
+                                 * this one there (run_here), and leave
+                                 * the data in that CPU's cache */
 } BdrvRequestFlags;
 
 /* Block status of an extent (BlockExtent.flags) */
@@ -260,6 +265,13 @@ int64_t bdrv_get_copy_transfer(BlockDriverState *bs);
  * informational; 0 when it has no preference. */
 int64_t bdrv_get_opt_transfer(BlockDriverState *bs);
 
+/*
+ * Whether @bs's writes copy their data on the main loop (an NBD node that
+ * sends from it; BlockLimits.writes_on_loop): then a caller that reads the
+ * data for them passes BDRV_REQ_USED_ON_LOOP.
+ */
+bool bdrv_writes_on_loop(BlockDriverState *bs);
+
 /* Fill @info for `info`.  Returns false with @errp set on failure. */
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);
 
@@ -375,6 +387,7 @@ typedef struct BdrvMapping {
  * the view never waits for a disk nor meets an I/O error.
  */
 bool bdrv_can_map(BlockDriverState *bs);
+
 
 /*
  * Map [@offset, @offset + @bytes) of @bs into @map and run @cb; the pages

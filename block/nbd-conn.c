@@ -111,7 +111,8 @@ bool nbdblk_conn_start(NbdBlkState *s, NbdBlkConn *c, GError **errp)
     c->dead = false;
     c->fail_errno = 0;
     c->in_flight = 0;
-    c->quiet_since_ns = clock_ns();
+    nbdblk_conn_set_quiet(c, clock_ns());
+    c->sender = NULL;
     return true;
 }
 

@@ -4,17 +4,22 @@
  *   nbd-uri.c     parse and validate URIs (block/nbd.h)
  *   nbd-conn.c    one libnbd handle: connect (blocking, control path),
  *                 disconnect, force-close
- *   nbd-source.c  a handle as a GSource on the main loop
+ *   nbd-source.c  a handle as a GSource on the main loop (replies)
+ *   nbd-sender.c  a connection's sender thread (requests out)
  *   nbd-spread.c  at open: how many connections, how deep a window;
  *                 then which connection a request goes to
  *   nbd-io.c      requests: queueing, completions
  *   nbd.c         the driver table: open, close, limits, info
  *
- * Threading: everything runs on the main loop thread.  libnbd calls our
- * completion callbacks with its handle lock held, from inside
- * nbd_aio_notify_*() or nbd_aio_*(); they only record the result and
- * queue the request on NbdBlkState.done.  A GSource dispatch drains that
- * queue after libnbd has returned, and only then runs upper completions.
+ * Threading: everything runs on the main loop thread but, on a node whose
+ * server is latency-bound, the calls that hand requests to libnbd and
+ * write them out, which each connection's sender thread makes
+ * (nbd-sender.c).  libnbd calls our completion
+ * callbacks with its handle lock held, from inside nbd_aio_notify_*() or
+ * nbd_aio_*(), on either thread; they only record the result and queue
+ * the request on NbdBlkState.done, under done_lock.  A GSource dispatch
+ * drains that queue after libnbd has returned, and only then runs upper
+ * completions.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -76,7 +81,8 @@ struct NbdBlkReq {
     int64_t issued_ns;          /* when handed to libnbd */
     NbdBlkReq *parent;          /* flush part: the whole flush */
     int parts;                  /* flush: parts not finished yet */
-    GList link;                 /* in s->queued, s->done or a local list */
+    GList link;                 /* in s->queued, s->done, conn->send_queue
+                                 * or a local list */
 };
 
 struct NbdBlkConn {
@@ -88,9 +94,31 @@ struct NbdBlkConn {
     bool dead;                  /* libnbd handle dead or closed */
     int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
     int64_t quiet_since_ns;     /* last reply, or the first request after
-                                 * none were in flight (io-timeout) */
-    uint64_t replies;           /* requests answered here (introspection) */
+                                 * none were in flight (io-timeout);
+                                 * atomic: nbdblk_conn_quiet_since() */
+    uint64_t replies;           /* requests answered here (introspection;
+                                 * atomic) */
+
+    /* The sender thread (nbd-sender.c), once a latency-bound node is
+     * open; NULL: the main loop sends. */
+    GThread *sender;
+    GMutex send_lock;           /* guards send_queue, send_stop */
+    GQueue send_queue;          /* NbdBlkReq to hand to libnbd, in order */
+    bool send_stop;
+    int send_efd;               /* eventfd: wakes the sender */
+    GMainContext *context;      /* the main loop's, to wake it */
 };
+
+/* c->quiet_since_ns, read and written from either thread. */
+static inline int64_t nbdblk_conn_quiet_since(NbdBlkConn *c)
+{
+    return __atomic_load_n(&c->quiet_since_ns, __ATOMIC_RELAXED);
+}
+
+static inline void nbdblk_conn_set_quiet(NbdBlkConn *c, int64_t ns)
+{
+    __atomic_store_n(&c->quiet_since_ns, ns, __ATOMIC_RELAXED);
+}
 
 struct NbdBlkState {
     NbdBlkUri *uri;
@@ -120,6 +148,7 @@ struct NbdBlkState {
 
     int next_conn;              /* where the next tie-break starts */
     GQueue queued;              /* waiting for a free slot */
+    GMutex done_lock;           /* guards done (callbacks on any thread) */
     GQueue done;                /* finished, to complete from dispatch */
     int dead_errno;             /* 0 while usable, else every request
                                  * fails with -dead_errno */
@@ -202,6 +231,24 @@ void nbdblk_source_attach(NbdBlkConn *c);
 /* Destroy it (safe from inside its own dispatch). */
 void nbdblk_source_destroy(NbdBlkConn *c);
 
+/* ---- nbd-sender.c ---- */
+
+/* Start @c's sender thread (connected, its GSource attached). */
+void nbdblk_sender_start(NbdBlkConn *c);
+
+/*
+ * Stop it: what was pushed is still handed to libnbd, then the thread
+ * ends and is joined.  Before the handle is closed.  No-op without one.
+ */
+void nbdblk_sender_stop(NbdBlkConn *c);
+
+/* Queue @req (fields set) for @c's sender thread, after those before. */
+void nbdblk_sender_push(NbdBlkConn *c, NbdBlkReq *req);
+
+/* Wake @c's sender thread: libnbd has bytes to write (its direction
+ * says so after a main-loop call). */
+void nbdblk_sender_kick(NbdBlkConn *c);
+
 /* ---- nbd-spread.c: which connections take requests ---- */
 
 /*
@@ -231,6 +278,16 @@ void nbdblk_spread_done(NbdBlkReq *req);
  * (every queued request fails, the other connections are aborted).
  */
 void nbdblk_conn_check(NbdBlkConn *c);
+
+/*
+ * Hand @req (req->conn == @c, set up by the main loop) to libnbd: the
+ * sender thread's work.  A request libnbd refuses goes to s->done with
+ * its error.  Touches nothing of @req after libnbd took it.
+ */
+void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req);
+
+/* Whether s->done holds anything (any thread). */
+bool nbdblk_done_pending(NbdBlkState *s);
 
 /*
  * Finish what is on s->done: follow-up commands, flush parts, slots, the

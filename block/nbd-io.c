@@ -7,11 +7,15 @@
  * first in first out, and start as others finish.
  * Nothing here blocks.
  *
- * libnbd's completion callback only stores the result and moves the
- * request to s->done (the handle lock is held there).  A dispatch of any
- * connection's GSource then settles s->done: follow-up commands (a flush
- * after a write that needed FUA), flush parts, slots, the queue, and last
- * the upper completions.
+ * Each connection's sender thread (nbd-sender.c) hands its requests to
+ * libnbd and writes them out; the main loop reads the replies
+ * (nbd-source.c).  libnbd's completion callback only stores the result
+ * and moves the request to s->done, under s->done_lock: it runs on the
+ * main loop as replies are read, or on a sender thread when libnbd fails
+ * commands there.  A dispatch of any connection's GSource then settles
+ * s->done: follow-up commands (a flush after a write that needed FUA),
+ * flush parts, slots, the queue, and last the upper completions.  All
+ * else here is the main loop's.
  *
  * When one connection of several dies (the server dropped it, a proxy cut
  * it, or io-timeout found it stalled and shut it down), it is retired: it
@@ -48,14 +52,35 @@ static NbdBlkReq *nbdblk_req_init(NbdBlkReq *req, NbdBlkState *s,
     return req;
 }
 
+/* Put @req on s->done (any thread). */
+static void nbdblk_done_push(NbdBlkReq *req)
+{
+    NbdBlkState *s = req->s;
+
+    g_mutex_lock(&s->done_lock);
+    g_queue_push_tail_link(&s->done, &req->link);
+    g_mutex_unlock(&s->done_lock);
+}
+
+bool nbdblk_done_pending(NbdBlkState *s)
+{
+    bool pending;
+
+    g_mutex_lock(&s->done_lock);
+    pending = !g_queue_is_empty(&s->done);
+    g_mutex_unlock(&s->done_lock);
+    return pending;
+}
+
 /* Finish @req with @ret from the next dispatch (never synchronously). */
 static void nbdblk_req_done_later(NbdBlkReq *req, int ret)
 {
     req->ret = ret;
-    g_queue_push_tail_link(&req->s->done, &req->link);
+    nbdblk_done_push(req);
 }
 
-/* ---- libnbd callbacks: the handle lock is held, no nbd_* calls ---- */
+/* ---- libnbd callbacks: the handle lock is held, no nbd_* calls; on
+ * the main loop or a sender thread ---- */
 
 static int nbdblk_cmd_done(void *opaque, int *error)
 {
@@ -63,9 +88,9 @@ static int nbdblk_cmd_done(void *opaque, int *error)
 
     req->ret = *error ? -*error : 0;
     req->replied = true;
-    req->conn->quiet_since_ns = clock_ns();
+    nbdblk_conn_set_quiet(req->conn, clock_ns());
     nbdblk_spread_done(req);
-    g_queue_push_tail_link(&req->s->done, &req->link);
+    nbdblk_done_push(req);
     return 1;                   /* retire the command */
 }
 
@@ -136,8 +161,7 @@ static int nbdblk_extent_cb(void *opaque, const char *metacontext,
 
 /* ---- issuing ---- */
 
-/* Hand @req to libnbd on @c. */
-static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
+void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req)
 {
     nbd_completion_callback done = {
         .callback = nbdblk_cmd_done,
@@ -145,12 +169,6 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     };
     int64_t cookie = -1;
 
-    req->conn = c;
-    req->replied = false;
-    req->issued_ns = clock_ns();
-    if (nbd_aio_in_flight(c->h) == 0) {
-        c->quiet_since_ns = req->issued_ns;     /* the io-timeout starts */
-    }
     switch (req->op) {
     case NBDBLK_OP_READ:
         cookie = nbd_aio_pread(c->h, req->up->buf, req->bytes, req->offset,
@@ -191,8 +209,30 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
          */
         int err = nbd_get_errno();
 
+        if (nbd_aio_is_dead(c->h) == 1 || nbd_aio_is_closed(c->h) == 1) {
+            /* libnbd says EINVAL (a handle in the wrong state): the
+             * connection is gone, and the request may go elsewhere. */
+            err = ENOTCONN;
+        }
         nbdblk_req_done_later(req, -(err > 0 ? err : EIO));
     }
+}
+
+/* Hand @req to @c's sender thread, which gives it to libnbd. */
+static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
+{
+    req->conn = c;
+    req->replied = false;
+    req->issued_ns = clock_ns();
+    if (nbd_aio_in_flight(c->h) == 0) {
+        /* the io-timeout starts */
+        nbdblk_conn_set_quiet(c, req->issued_ns);
+    }
+    if (c->sender) {
+        nbdblk_sender_push(c, req);
+        return;
+    }
+    nbdblk_send(c, req);
     nbdblk_conn_check(c);
 }
 
@@ -260,8 +300,8 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
         nbd_aio_in_flight(c->h) <= 0) {
         return INT64_MAX;
     }
-    return c->quiet_since_ns + (int64_t)s->io_timeout * 1000 * 1000 * 1000 -
-           clock_ns();
+    return nbdblk_conn_quiet_since(c) +
+           (int64_t)s->io_timeout * 1000 * 1000 * 1000 - clock_ns();
 }
 
 void nbdblk_conn_check(NbdBlkConn *c)
@@ -319,6 +359,7 @@ void nbdblk_drop_requests(NbdBlkState *s)
 {
     GList *l;
 
+    g_mutex_lock(&s->done_lock);
     while ((l = g_queue_pop_head_link(&s->queued)) ||
            (l = g_queue_pop_head_link(&s->done))) {
         NbdBlkReq *req = l->data;
@@ -327,6 +368,7 @@ void nbdblk_drop_requests(NbdBlkState *s)
             g_free(req);        /* a flush part; the others are io.c's */
         }
     }
+    g_mutex_unlock(&s->done_lock);
 }
 
 /* ---- completion ---- */
@@ -352,6 +394,11 @@ static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished,
 {
     NbdBlkReq *parent = req->parent;
 
+    if (req->ret < 0 && req->conn) {
+        /* It may have failed in a sender thread as its connection died,
+         * before the main loop looked at that connection. */
+        nbdblk_conn_check(req->conn);
+    }
     if (req->ret < 0 && req->conn && req->conn->dead && !s->dead_errno) {
         nbdblk_retry(s, req, retry);
         return;
@@ -395,10 +442,20 @@ void nbdblk_process_done(NbdBlkState *s)
 {
     GQueue finished = G_QUEUE_INIT;
     GQueue retry = G_QUEUE_INIT;
+    GQueue done;
     GList *l;
 
-    while ((l = g_queue_pop_head_link(&s->done))) {
-        nbdblk_settle(s, l->data, &finished, &retry);
+    for (;;) {
+        g_mutex_lock(&s->done_lock);
+        done = s->done;
+        g_queue_init(&s->done);
+        g_mutex_unlock(&s->done_lock);
+        if (g_queue_is_empty(&done)) {
+            break;
+        }
+        while ((l = g_queue_pop_head_link(&done))) {
+            nbdblk_settle(s, l->data, &finished, &retry);
+        }
     }
     /* Requests of a retired connection go first, in their order. */
     while ((l = g_queue_pop_tail_link(&retry))) {

@@ -1,10 +1,15 @@
 /*
  * NBD client driver: a libnbd handle as a GSource (the pattern of libnbd's
- * examples/glib-main-loop.c).  prepare() re-reads the handle's fd and
- * direction, which change as the state machine moves; dispatch() calls
- * nbd_aio_notify_read/write, which runs our completion callbacks with the
- * handle locked, and then, with libnbd out of the way, finishes the
- * requests those callbacks queued.
+ * examples/glib-main-loop.c), for its replies.  prepare() re-reads the
+ * handle's fd and whether it waits for a read, which change as the state
+ * machine moves; dispatch() calls nbd_aio_notify_read, which runs our
+ * completion callbacks with the handle locked, and then, with libnbd out
+ * of the way, finishes the requests those callbacks queued.  Writing is
+ * the sender thread's where the connection has one (nbd-sender.c): when
+ * a reply read here leaves libnbd with bytes to write (a request it
+ * queued while reading), the sender is kicked to write them.  Without
+ * one, the source waits for the socket to take them too and calls
+ * nbd_aio_notify_write.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -36,7 +41,7 @@ static void nbdblk_source_update(NbdBlkSource *ns)
         if (dir & LIBNBD_AIO_DIRECTION_READ) {
             events |= G_IO_IN;
         }
-        if (dir & LIBNBD_AIO_DIRECTION_WRITE) {
+        if ((dir & LIBNBD_AIO_DIRECTION_WRITE) && !c->sender) {
             events |= G_IO_OUT;
         }
     }
@@ -72,8 +77,9 @@ static gboolean nbdblk_source_prepare(GSource *src, gint *timeout)
         *timeout = MIN(left / 1000000 + 1, G_MAXINT);
     }
     /* Requests finished outside a dispatch (a failed submission, a dead
-     * node) are completed from here, later than their submission. */
-    return !g_queue_is_empty(&ns->conn->s->done);
+     * node, the sender thread's) are completed from here, later than
+     * their submission. */
+    return nbdblk_done_pending(ns->conn->s);
 }
 
 static gboolean nbdblk_source_check(GSource *src)
@@ -81,7 +87,7 @@ static gboolean nbdblk_source_check(GSource *src)
     NbdBlkSource *ns = (NbdBlkSource *)src;
 
     return (ns->tag && g_source_query_unix_fd(src, ns->tag)) ||
-           !g_queue_is_empty(&ns->conn->s->done) ||
+           nbdblk_done_pending(ns->conn->s) ||
            nbdblk_conn_stall_left(ns->conn) <= 0;
 }
 
@@ -113,16 +119,21 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
 
         if (revents & (G_IO_HUP | G_IO_ERR | G_IO_NVAL)) {
             /* Let libnbd find out what happened, in the direction it is
-             * waiting for: a read sees EOF, a write EPIPE. */
+             * waiting for: a read sees EOF, a write EPIPE (in the sender
+             * thread, where there is one). */
             rd = rd || (dir & LIBNBD_AIO_DIRECTION_READ) ||
                  !(dir & LIBNBD_AIO_DIRECTION_WRITE);
-            wr = !rd;
+            wr = !rd && !c->sender;
         }
         /* Both ready: read first, a reply may change what to write. */
         if (rd) {
             nbd_aio_notify_read(c->h);
         } else if (wr) {
             nbd_aio_notify_write(c->h);
+        }
+        if (c->sender &&
+            (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
+            nbdblk_sender_kick(c);
         }
         nbdblk_conn_check(c);
     }

@@ -29,7 +29,8 @@
  *   (NBDBLK_WINDOW_FAST, nbd.c) for good; the others, barely started,
  *   are closed.
  * - Not answered: the server is latency-bound.  The node asks for the
- *   deep window (NBDBLK_WINDOW_LATENCY), and open waits for the others'
+ *   deep window (NBDBLK_WINDOW_LATENCY), sends from a thread per
+ *   connection (nbd-sender.c), and open waits for the others'
  *   handshakes, which began beside the read: every connection then takes
  *   requests from the first.  Not waiting lets the copy start a few ms
  *   sooner on one connection, but nbdkit answers a handshake many times
@@ -142,7 +143,7 @@ static int nbdblk_probe_cb(void *opaque, int *error)
     NbdBlkState *s = opaque;
 
     s->probe_state = *error ? -1 : 1;
-    s->conns[0].quiet_since_ns = clock_ns();       /* io-timeout */
+    nbdblk_conn_set_quiet(&s->conns[0], clock_ns());     /* io-timeout */
     return 1;                   /* retire the command */
 }
 
@@ -197,10 +198,11 @@ void nbdblk_spread_open(NbdBlkState *s, bool asked)
         nbdblk_connect_drop_started(s);
     }
     g_debug("nbd: %s: idle read %s within %d us: %d connection(s), %s "
-            "window", s->display,
+            "window, sending from %s", s->display,
             s->latency_bound ? "not answered" : "answered",
             NBDBLK_SPREAD_LATENCY_NS / 1000, s->nr_conns,
-            s->latency_bound ? "deep" : "shallow");
+            s->latency_bound ? "deep" : "shallow",
+            s->latency_bound ? "a thread per connection" : "the main loop");
 }
 
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
@@ -223,7 +225,7 @@ NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
 
 void nbdblk_spread_done(NbdBlkReq *req)
 {
-    req->conn->replies++;
+    __atomic_add_fetch(&req->conn->replies, 1, __ATOMIC_RELAXED);
 }
 
 int nbdblk_get_active_connections(BlockDriverState *bs)
@@ -246,5 +248,6 @@ uint64_t nbdblk_get_replies(BlockDriverState *bs, int index)
     NbdBlkState *s = bs->opaque;
 
     g_assert(bs->drv == &bdrv_nbd);
-    return index >= 0 && index < s->nr_conns ? s->conns[index].replies : 0;
+    return index >= 0 && index < s->nr_conns
+           ? __atomic_load_n(&s->conns[index].replies, __ATOMIC_RELAXED) : 0;
 }

@@ -165,10 +165,12 @@ static void nbdblk_close(BlockDriverState *bs)
 
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_source_destroy(&s->conns[i]);
+        nbdblk_sender_stop(&s->conns[i]);
     }
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
+    g_mutex_clear(&s->done_lock);
     nbdblk_drop_requests(s);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
@@ -184,6 +186,7 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
 
     g_queue_init(&s->queued);
     g_queue_init(&s->done);
+    g_mutex_init(&s->done_lock);
     s->display = nbdblk_uri_redact(spec);
     s->uri = nbdblk_uri_parse(spec, errp);
     if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
@@ -208,6 +211,9 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     nbdblk_spread_open(s, asked);
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_source_attach(&s->conns[i]);
+        if (s->latency_bound) {
+            nbdblk_sender_start(&s->conns[i]);
+        }
     }
     return true;
 
@@ -217,6 +223,7 @@ out_close:
 out_free:
     nbdblk_uri_free(s->uri);
     g_free(s->display);
+    g_mutex_clear(&s->done_lock);
     return false;
 }
 
@@ -262,6 +269,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
      */
     bl->window_bytes = s->latency_bound ? NBDBLK_WINDOW_LATENCY
                                         : NBDBLK_WINDOW_FAST;
+    bl->writes_on_loop = !s->latency_bound;
 }
 
 /* The window of open (refresh_limits()): decided there for good. */

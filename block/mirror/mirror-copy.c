@@ -25,8 +25,8 @@ static void mirror_copy_read_cb(void *opaque, int ret)
 
 static void mirror_copy_buffer_start(MirrorCopy *c)
 {
-    bdrv_aio_pread(c->env->src, c->offset, c->bytes, c->pool_buf, 0,
-                   mirror_copy_read_cb, c);
+    bdrv_aio_pread(c->env->src, c->offset, c->bytes, c->pool_buf,
+                   c->env->read_flags, mirror_copy_read_cb, c);
 }
 
 static const MirrorCopyOps mirror_copy_buffer = {
@@ -139,6 +139,8 @@ void mirror_copy_path_init(MirrorCopyPath *p, BlockDriverState *src,
             .win = win,
             .check = check,
             .done = done,
+            .read_flags = bdrv_writes_on_loop(dst) ? BDRV_REQ_USED_ON_LOOP
+                                                    : 0,
         },
     };
     if (!in_order && !compress && bdrv_can_copy(src, dst)) {

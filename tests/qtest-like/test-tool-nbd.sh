@@ -83,6 +83,20 @@ expect_ok $TMO nbdkit -U - --filter=delay sparse-random 64M seed=3 \
     --run "\"$T\" convert -n -W \"\$uri\" \"\$uri\""
 ok "copy through the delay filter (5 ms per request), verified"
 
+# A latency-bound server: every connection sends from its own thread, with
+# 1 MiB writes that fill the socket (the sender waits for room), and the
+# main loop reads the replies.
+make_random_image lat-src.img 48M
+truncate -s 48M lat-dst.img
+G_MESSAGES_DEBUG=all expect_ok $TMO nbdkit -U - --filter=delay \
+    file lat-dst.img wdelay=3ms rdelay=3ms \
+    --run "\"$T\" convert -n lat-src.img \"\$uri\""
+grep -q -F "sending from a thread per connection" "$last_out" ||
+    fail "the node did not send from its threads"
+cmp lat-src.img lat-dst.img || fail "latency-bound copy differs"
+rm -f lat-src.img lat-dst.img
+ok "latency-bound server: sender threads, 48 MiB of 1 MiB writes, cmp"
+
 # --- I/O errors: exit 1, the message names the operation and offset -------
 start_nbdkit bad --filter=error sparse-random 16M seed=1 percent=100 \
     error=EIO error-pread-rate=100%
