@@ -347,7 +347,6 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
 int cmd_convert(int argc, char **argv)
 {
     ConvertOptions o = { 0 };
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) create_opts = NULL;
@@ -410,13 +409,11 @@ int cmd_convert(int argc, char **argv)
           "print nothing on success", NULL },
         { NULL },
     };
-
-    ctx = g_option_context_new("SRC DST");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Copy the image SRC to DST, like qemu-img convert, keeping holes\n"
-        "and turning zero runs into holes.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "and turning zero runs into holes.";
+
+    if (!tool_parse_options("SRC DST", summary, entries, &argc, &argv) ||
         !tool_expect_args("convert", argc, 2, "a source and a target") ||
         !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts,
                        nbd_opts) ||

@@ -330,7 +330,6 @@ static int start_export_stop(NbdServer *export, BlockDriverState *top,
 int cmd_start(int argc, char **argv)
 {
     StartOptions o = { 0 };
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
@@ -416,28 +415,7 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
-        { "export-shared", 0, 0, G_OPTION_ARG_STRING, &export_lim.shared,
-          "the export serves at most N connections at once, 1..1024 "
-          "(default 16)", "N" },
-        { "export-payload-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.payload_timeout,
-          "the export drops a client whose WRITE payload has not arrived "
-          "SECONDS after its header, 0..86400, 0: never (default 30)",
-          "SECONDS" },
-        { "export-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.handshake_limit,
-          "the export drops a client that has not finished the handshake "
-          "SECONDS after connecting, 0..86400, 0: never (default 10)",
-          "SECONDS" },
-        { "export-reply-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.reply_timeout,
-          "the export drops a client whose unsent replies make no progress "
-          "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" },
-        { "export-budget", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.budget,
-          "bytes of request buffers and unsent replies of the export over "
-          "all clients, at least --export-shared x 33M, at most 1T "
-          "(default: 1G, or --export-shared x 33M if more)", "SIZE" },
+        TOOL_EXPORT_LIMITS_ENTRIES(&export_lim, "export-", 0),
         { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
           "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &qmp_max_output_str,
@@ -462,14 +440,12 @@ int cmd_start(int argc, char **argv)
           "print every event as a JSON line on stdout", NULL },
         { NULL },
     };
-
-    ctx = g_option_context_new("SRC DST");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Mirror SRC onto DST, an existing image of the same size, and keep\n"
         "it in sync: without --qmp until READY, then complete; with --qmp\n"
-        "until block-job-complete or block-job-cancel arrives.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "until block-job-complete or block-job-cancel arrives.";
+
+    if (!tool_parse_options("SRC DST", summary, entries, &argc, &argv) ||
         !tool_expect_args("start", argc, 2, "a source and a target") ||
         !start_parse(&o, &p, &stall_warning, nbd_opts) ||
         !tool_parse_open_options("--source-opts", o.src_opts,

@@ -39,10 +39,13 @@ typedef int ToolCommandFunc(int argc, char **argv);
 void tool_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 
 /*
- * Parse @argv with @ctx.  On failure print the error and a hint to use
- * --help, and return false (the caller exits with TOOL_EXIT_USAGE).
+ * Parse @argv with the options @entries (NULL-terminated) of a command
+ * whose --help shows "Usage: ... [OPTION...] @params" and @summary.  On
+ * failure print the error and a hint to use --help, and return false (the
+ * caller exits with TOOL_EXIT_USAGE).
  */
-bool tool_parse_options(GOptionContext *ctx, int *argc, char ***argv);
+bool tool_parse_options(const char *params, const char *summary,
+                        GOptionEntry *entries, int *argc, char ***argv);
 
 /*
  * Check that exactly @n positional arguments are left (argv[1..n]);
@@ -120,6 +123,17 @@ GHashTable *tool_open_options(const char *spec, GHashTable *nbd_opts,
       "OPTS" }
 
 /*
+ * -f/--format and --open-opts of a command that serves or reads one image
+ * IMG (serve, info, map), into the strings @format and @open_opts.
+ */
+#define TOOL_IMAGE_ENTRIES(format, open_opts) \
+    { "format", 'f', 0, G_OPTION_ARG_STRING, (format), \
+      "image format (default: probe)", "FMT" }, \
+    { "open-opts", 0, 0, G_OPTION_ARG_STRING, (open_opts), \
+      "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)", \
+      "OPTS" }
+
+/*
  * Parse the node options @str of option @opt ("--source-opts") into a new
  * table; NULL (no options) when @str is NULL.  False with a message on a
  * malformed pair.
@@ -193,6 +207,35 @@ typedef struct ToolExportLimits {
     char *reply_timeout;
     char *budget;
 } ToolExportLimits;
+
+/*
+ * The options of ToolExportLimits *@l, named @prefix ("" for serve,
+ * "export-" for start) and the rest, @shared_short the short name of the
+ * first (0: none).  @prefix must be a string literal.
+ */
+#define TOOL_EXPORT_LIMITS_ENTRIES(l, prefix, shared_short) \
+    { prefix "shared", (shared_short), 0, G_OPTION_ARG_STRING, \
+      &(l)->shared, \
+      "the export serves at most N connections at once, 1..1024 " \
+      "(default 16)", "N" }, \
+    { prefix "payload-timeout", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->payload_timeout, \
+      "the export drops a client whose WRITE payload has not arrived " \
+      "SECONDS after its header, 0..86400, 0: never (default 30)", \
+      "SECONDS" }, \
+    { prefix "handshake-limit", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->handshake_limit, \
+      "the export drops a client that has not finished the handshake " \
+      "SECONDS after connecting, 0..86400, 0: never (default 10)", \
+      "SECONDS" }, \
+    { prefix "reply-timeout", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->reply_timeout, \
+      "the export drops a client whose unsent replies make no progress " \
+      "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" }, \
+    { prefix "budget", 0, 0, G_OPTION_ARG_STRING, &(l)->budget, \
+      "bytes of request buffers and unsent replies of the export over " \
+      "all clients, at least --" prefix "shared x 33M, at most 1T " \
+      "(default: 1G, or --" prefix "shared x 33M if more)", "SIZE" }
 
 /*
  * The first option of @l that was given, spelt with @prefix ("--" or
