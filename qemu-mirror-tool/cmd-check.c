@@ -168,7 +168,7 @@ int cmd_check(int argc, char **argv)
 
     if (!tool_parse_options("IMG", summary, entries, &argc, &argv) ||
         !tool_parse_output_format(output, &json) ||
-        (repair && !tool_parse_choice("-r", repair, fixes, &fix)) ||
+        !tool_parse_choice("-r", repair, fixes, &fix) ||
         !tool_expect_args("check", argc, 1, "one image")) {
         return TOOL_EXIT_FAILURE;
     }

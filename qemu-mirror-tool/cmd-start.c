@@ -90,37 +90,31 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
                         int64_t *stall_warning, GHashTable *nbd_opts)
 {
     g_autoptr(GError) err = NULL;
-    int choice;
-    int64_t v;
+    int sync, on_source, on_target, copy_mode;
+    int64_t in_flight, passes;
 
     mirror_params_init(p);
+    in_flight = p->max_in_flight;
+    passes = p->auto_converge_passes;
     p->target_is_zero = o->target_is_zero;
     p->auto_complete = !o->qmp;
     if (!tool_check_format("-f", o->src_format) ||
         !tool_check_format("-O", o->dst_format)) {
         return false;
     }
-    if (o->sync) {
-        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names,
-                               &choice)) {
-            return false;
-        }
-        p->sync = choice;
+    sync = p->sync;
+    on_source = p->on_source_error;
+    on_target = p->on_target_error;
+    if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names, &sync) ||
+        !tool_parse_choice("--on-source-error", o->on_source_error,
+                           qmp_on_error_names, &on_source) ||
+        !tool_parse_choice("--on-target-error", o->on_target_error,
+                           qmp_on_error_names, &on_target)) {
+        return false;
     }
-    if (o->on_source_error) {
-        if (!tool_parse_choice("--on-source-error", o->on_source_error,
-                               qmp_on_error_names, &choice)) {
-            return false;
-        }
-        p->on_source_error = choice;
-    }
-    if (o->on_target_error) {
-        if (!tool_parse_choice("--on-target-error", o->on_target_error,
-                               qmp_on_error_names, &choice)) {
-            return false;
-        }
-        p->on_target_error = choice;
-    }
+    p->sync = sync;
+    p->on_source_error = on_source;
+    p->on_target_error = on_target;
     if (!start_check_pausing(o, "--on-source-error", o->on_source_error,
                              p->on_source_error) ||
         !start_check_pausing(o, "--on-target-error", o->on_target_error,
@@ -131,40 +125,27 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         tool_error("--job-id '': must not be empty");
         return false;
     }
-    if (o->copy_mode) {
-        if (!tool_parse_choice("--copy-mode", o->copy_mode,
-                               qmp_copy_mode_names, &choice)) {
-            return false;
-        }
-        p->copy_mode = choice;
+    copy_mode = p->copy_mode;
+    if (!tool_parse_choice("--copy-mode", o->copy_mode, qmp_copy_mode_names,
+                           &copy_mode)) {
+        return false;
     }
-    if (o->granularity) {
-        if (!parse_size_range("--granularity", o->granularity,
-                              MIRROR_MIN_GRANULARITY, MIRROR_MAX_GRANULARITY,
-                              true, &v, &err)) {
-            goto out_err;
-        }
-        p->granularity = v;
-    }
-    if (!tool_parse_engine_options(o->chunk_size, o->buf_size,
-                                   o->connections, p, nbd_opts, &err)) {
+    p->copy_mode = copy_mode;
+    /* Any --speed is valid: job_check_speed(), the rule QMP uses. */
+    if ((o->granularity &&
+         !parse_size_range("--granularity", o->granularity,
+                           MIRROR_MIN_GRANULARITY, MIRROR_MAX_GRANULARITY,
+                           true, &p->granularity, &err)) ||
+        !tool_parse_engine_options(o->chunk_size, o->buf_size,
+                                   o->connections, p, nbd_opts, &err) ||
+        (o->max_in_flight &&
+         !parse_count("--max-in-flight", o->max_in_flight, 1,
+                      MIRROR_MAX_IN_FLIGHT_LIMIT, &in_flight, &err)) ||
+        (o->speed && (!parse_size("--speed", o->speed, &p->speed, &err) ||
+                      !job_check_speed(p->speed, &err)))) {
         goto out_err;
     }
-    if (o->max_in_flight) {
-        if (!parse_count("--max-in-flight", o->max_in_flight, 1,
-                         MIRROR_MAX_IN_FLIGHT_LIMIT, &v, &err)) {
-            goto out_err;
-        }
-        p->max_in_flight = v;
-    }
-    if (o->speed) {
-        /* Any size is valid: job_check_speed(), the rule QMP uses. */
-        if (!parse_size("--speed", o->speed, &v, &err) ||
-            !job_check_speed(v, &err)) {
-            goto out_err;
-        }
-        p->speed = v;
-    }
+    p->max_in_flight = in_flight;
     if (!o->connections && o->export_addr) {
         /*
          * Live: guests share the main loop and the CPUs with the copy.
@@ -176,21 +157,16 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
                             g_strdup("1"));
     }
     p->auto_converge = o->auto_converge;
-    if (o->converge_after) {
-        /* The ranges are mirror_check_converge_*()'s, as in QMP. */
-        if (!parse_count("--auto-converge-after", o->converge_after, 1,
-                         MIRROR_CONVERGE_MAX_MS, &v, &err)) {
-            goto out_err;
-        }
-        p->auto_converge_ms = v;
+    /* The ranges are mirror_check_converge_*()'s, as in QMP. */
+    if ((o->converge_after &&
+         !parse_count("--auto-converge-after", o->converge_after, 1,
+                      MIRROR_CONVERGE_MAX_MS, &p->auto_converge_ms, &err)) ||
+        (o->converge_passes &&
+         !parse_count("--auto-converge-passes", o->converge_passes, 0,
+                      MIRROR_CONVERGE_MAX_PASSES, &passes, &err))) {
+        goto out_err;
     }
-    if (o->converge_passes) {
-        if (!parse_count("--auto-converge-passes", o->converge_passes, 0,
-                         MIRROR_CONVERGE_MAX_PASSES, &v, &err)) {
-            goto out_err;
-        }
-        p->auto_converge_passes = v;
-    }
+    p->auto_converge_passes = passes;
     if ((o->converge_after || o->converge_passes) && !o->auto_converge) {
         tool_error("--auto-converge-after and --auto-converge-passes need "
                    "--auto-converge");
@@ -205,12 +181,10 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         return false;
     }
     *stall_warning = JOB_RUNNER_STALL_WARNING_S;
-    if (o->stall_warning) {
-        if (!parse_count("--stall-warning", o->stall_warning, 0, 86400,
-                         &v, &err)) {
-            goto out_err;
-        }
-        *stall_warning = v;
+    if (o->stall_warning &&
+        !parse_count("--stall-warning", o->stall_warning, 0, 86400,
+                     stall_warning, &err)) {
+        goto out_err;
     }
     return true;
 

@@ -160,6 +160,9 @@ bool tool_parse_choice(const char *opt, const char *value,
     g_autoptr(GString) list = g_string_new(NULL);
     int n = g_strv_length((char **)choices);
 
+    if (!value) {
+        return true;
+    }
     for (int i = 0; i < n; i++) {
         if (!strcmp(value, choices[i])) {
             *index = i;

@@ -88,6 +88,7 @@ BlockDriverState *tool_open_one_image(const char *command,
 /*
  * Parse @value as one of @choices (NULL-terminated) into *@index;
  * otherwise print "OPT 'value': expected a, b or c" and return false.
+ * A NULL @value (the option was not given) leaves *@index as it is.
  */
 bool tool_parse_choice(const char *opt, const char *value,
                        const char *const *choices, int *index);
