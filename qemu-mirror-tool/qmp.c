@@ -710,15 +710,9 @@ void qmp_server_free(QmpServer *srv)
     while (srv->clients) {
         qmp_client_free(srv->clients->data);
     }
-    if (srv->idle) {
-        g_source_remove(srv->idle);
-    }
-    if (srv->watch) {
-        g_source_remove(srv->watch);
-    }
-    if (srv->backoff) {
-        g_source_remove(srv->backoff);
-    }
+    g_clear_handle_id(&srv->idle, g_source_remove);
+    g_clear_handle_id(&srv->watch, g_source_remove);
+    g_clear_handle_id(&srv->backoff, g_source_remove);
     socket_unix_listener_close(&srv->listener);
     g_hash_table_unref(srv->commands);
     g_free(srv);
