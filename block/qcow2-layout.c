@@ -24,6 +24,30 @@ static bool qcow2_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b,
     return alen && blen && a < b + blen && b < a + alen;
 }
 
+/*
+ * The table @name ("Active L1 table") of @bytes at @offset: a multiple of
+ * the cluster size @cs, not 0 when @required, and inside the file; false
+ * with @errp set (QEMU's words) when not.
+ */
+static bool qcow2_check_table_place(const char *name, uint64_t offset,
+                                    uint64_t bytes, bool required,
+                                    uint64_t cs, int64_t file_size,
+                                    GError **errp)
+{
+    if (offset % cs || (required && !offset)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "%s offset invalid (0x%" PRIx64 ")", name, offset);
+        return false;
+    }
+    if (!qcow2_inside(offset, bytes, file_size)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "%s (0x%" PRIx64 ", %" PRIu64 " bytes) lies beyond the "
+                    "end of the file", name, offset, bytes);
+        return false;
+    }
+    return true;
+}
+
 bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                                GError **errp)
 {
@@ -49,17 +73,9 @@ bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                     " clusters)", h->refcount_table_clusters);
         return false;
     }
-    if (h->refcount_table_offset % cs || !h->refcount_table_offset) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Reference count table offset invalid (0x%" PRIx64 ")",
-                    h->refcount_table_offset);
-        return false;
-    }
-    if (!qcow2_inside(h->refcount_table_offset, rt_bytes, file_size)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Reference count table (0x%" PRIx64 ", %" PRIu64
-                    " bytes) lies beyond the end of the file",
-                    h->refcount_table_offset, rt_bytes);
+    if (!qcow2_check_table_place("Reference count table",
+                                 h->refcount_table_offset, rt_bytes, true,
+                                 cs, file_size, errp)) {
         return false;
     }
     if (h->nb_snapshots > QCOW2_MAX_SNAPSHOTS) {
@@ -88,17 +104,9 @@ bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                     PRIu64 " needed)", h->l1_size, need_l1);
         return false;
     }
-    if (h->l1_table_offset % cs || (h->l1_size && !h->l1_table_offset)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Active L1 table offset invalid (0x%" PRIx64 ")",
-                    h->l1_table_offset);
-        return false;
-    }
-    if (!qcow2_inside(h->l1_table_offset, l1_bytes, file_size)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Active L1 table (0x%" PRIx64 ", %" PRIu64 " bytes) lies "
-                    "beyond the end of the file", h->l1_table_offset,
-                    l1_bytes);
+    if (!qcow2_check_table_place("Active L1 table", h->l1_table_offset,
+                                 l1_bytes, h->l1_size != 0, cs, file_size,
+                                 errp)) {
         return false;
     }
     if (qcow2_ranges_overlap(h->l1_table_offset, QEMU_ALIGN_UP(l1_bytes, cs),
