@@ -101,8 +101,6 @@ static int qcow2_repair_rebuild(BDRVQcow2State *s, const Qcow2Counts *k,
     int64_t nblk = 0, nt = 1;
     g_autofree uint8_t *blocks = NULL;
     g_autofree uint8_t *table = NULL;
-    uint8_t hdr[12];
-    int ret;
 
     for (int64_t c = 0; c < s->reftable_clusters; c++) {
         int64_t i = (s->reftable_offset >> cb) + c;
@@ -145,20 +143,7 @@ static int qcow2_repair_rebuild(BDRVQcow2State *s, const Qcow2Counts *k,
     for (int64_t b = 0; b < nblk; b++) {
         qcow2_put_be64(table + b * 8, (start + b) * cs);
     }
-    ret = qcow2_pwrite(s, start * cs, blocks, nblk * cs);
-    if (ret == 0) {
-        ret = qcow2_pwrite(s, (start + nblk) * cs, table, nt * cs);
-    }
-    if (ret == 0) {
-        ret = qcow2_sync(s);
-    }
-    if (ret < 0) {
-        return ret;
-    }
-    qcow2_put_be64(hdr, (start + nblk) * cs);
-    qcow2_put_be32(hdr + 8, nt);
-    ret = qcow2_pwrite(s, QCOW2_HDR_REFTABLE_OFFSET, hdr, sizeof(hdr));
-    return ret < 0 ? ret : qcow2_sync(s);
+    return qcow2_reftable_write(s, start, blocks, nblk, table, nt);
 }
 
 /* COPIED exactly when the refcount (@want) is 1, in L1 and L2 entries. */
