@@ -178,12 +178,10 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
     int64_t n, clen;
     int ret;
 
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        g_mutex_unlock(&s->lock);
-        return -EIO;
+    ret = qcow2_lock_range(s, guest, cs);
+    if (ret < 0) {
+        return ret;
     }
-    qcow2_wait_allocs(s, guest, cs);
     ret = qcow2_l2_lookup(s, guest, 1, &entry, &n);
     if (ret < 0 || qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
         (bytes < cs && s->backing && guest + bytes < s->backing->size)) {

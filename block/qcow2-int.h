@@ -467,6 +467,13 @@ void qcow2_io_end(BDRVQcow2State *s, Qcow2IoTrack *t);
  * of [@offset, @offset + @bytes).
  */
 void qcow2_wait_allocs(BDRVQcow2State *s, int64_t offset, int64_t bytes);
+
+/*
+ * The start of a change to the guest range [@offset, @offset + @bytes):
+ * take the lock, refuse a corrupt image (-EIO, lock released), then
+ * qcow2_wait_allocs().  0 with the lock held.
+ */
+int qcow2_lock_range(BDRVQcow2State *s, int64_t offset, int64_t bytes);
 void qcow2_alloc_record_add(BDRVQcow2State *s, Qcow2AllocRecord *r,
                             int64_t start, int64_t end);
 void qcow2_alloc_record_remove(BDRVQcow2State *s, Qcow2AllocRecord *r);

@@ -386,12 +386,10 @@ static int64_t qcow2_write_step(BDRVQcow2State *s, int64_t offset,
     int64_t n, len;
     int ret;
 
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        g_mutex_unlock(&s->lock);
-        return -EIO;
+    ret = qcow2_lock_range(s, offset, bytes);
+    if (ret < 0) {
+        return ret;
     }
-    qcow2_wait_allocs(s, offset, bytes);
     ret = qcow2_l2_lookup(s, offset, MIN(DIV_ROUND_UP(in + bytes, cs), 64),
                           entries, &n);
     if (ret < 0) {
