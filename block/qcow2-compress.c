@@ -14,6 +14,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "util/file-io.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -58,7 +59,7 @@ int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
 {
     int64_t off, len, end;
     g_autofree uint8_t *in = NULL;
-    int64_t n = 0;
+    int64_t n;
 
     qcow2_compressed_range(s, entry, &off, &len);
     g_mutex_lock(&s->lock);
@@ -71,19 +72,9 @@ int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
     }
     len = MIN(len, end - off);      /* a short last chunk is fine */
     in = g_malloc(len);
-    while (n < len) {
-        ssize_t r = pread(s->fd, in + n, len - n, off + n);
-
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r < 0) {
-            return -errno;
-        }
-        if (r == 0) {
-            break;
-        }
-        n += r;
+    n = file_pread_full(s->fd, in, len, off, 0);
+    if (n < 0) {
+        return n;
     }
     return qcow2_inflate(in, n, out, s->cluster_size);
 }
