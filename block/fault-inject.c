@@ -59,7 +59,22 @@ bool fault_opt_size(GHashTable *opts, const char *driver, const char *key,
     return true;
 }
 
-static int fault_parse_errno(const char *name)
+/* error-op: a FaultOp name, or "any" (FAULT_OP__MAX); -1 if neither. */
+static int fault_lookup_op(const char *name)
+{
+    if (!strcmp(name, "any")) {
+        return FAULT_OP__MAX;
+    }
+    for (int i = 0; i < FAULT_OP__MAX; i++) {
+        if (!strcmp(name, fault_op_names[i])) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* error-errno: an errno name, in any case; its value, or -1. */
+static int fault_lookup_errno(const char *name)
 {
     static const struct { const char *name; int err; } errnos[] = {
         { "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EPERM", EPERM },
@@ -72,41 +87,46 @@ static int fault_parse_errno(const char *name)
             return errnos[i].err;
         }
     }
-    return 0;
+    return -1;
+}
+
+/*
+ * The value @lookup gives the option @key of @opts into *@out, which is
+ * left alone when @key is absent; an unknown name is refused ("DRIVER:
+ * unknown KEY 'NAME'").  Removes @key.
+ */
+static bool fault_opt_name(GHashTable *opts, const char *driver,
+                           const char *key, int (*lookup)(const char *name),
+                           int *out, GError **errp)
+{
+    const char *v = g_hash_table_lookup(opts, key);
+    int value;
+
+    if (!v) {
+        return true;
+    }
+    value = lookup(v);
+    if (value < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "%s: unknown %s '%s'", driver, key, v);
+        return false;
+    }
+    *out = value;
+    g_hash_table_remove(opts, key);
+    return true;
 }
 
 bool fault_rule_parse(FaultRule *rule, GHashTable *opts, const char *driver,
                       GError **errp)
 {
-    const char *op = g_hash_table_lookup(opts, "error-op");
-    const char *err = g_hash_table_lookup(opts, "error-errno");
     const char *file = g_hash_table_lookup(opts, "error-file");
 
     *rule = (FaultRule) { .op = -1, .err = EIO };
-    if (op) {
-        if (!strcmp(op, "any")) {
-            rule->op = FAULT_OP__MAX;
-        }
-        for (int i = 0; i < FAULT_OP__MAX; i++) {
-            if (!strcmp(op, fault_op_names[i])) {
-                rule->op = i;
-            }
-        }
-        if (rule->op < 0) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "%s: unknown error-op '%s'", driver, op);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-op");
-    }
-    if (err) {
-        rule->err = fault_parse_errno(err);
-        if (!rule->err) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "%s: unknown error-errno '%s'", driver, err);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-errno");
+    if (!fault_opt_name(opts, driver, "error-op", fault_lookup_op,
+                        &rule->op, errp) ||
+        !fault_opt_name(opts, driver, "error-errno", fault_lookup_errno,
+                        &rule->err, errp)) {
+        return false;
     }
     if (file) {
         rule->trigger_file = g_strdup(file);
