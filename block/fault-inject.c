@@ -11,13 +11,13 @@
 #include <errno.h>
 #include <unistd.h>
 
-static const char *const fault_op_names[FAULT_OP__MAX] = {
-    [FAULT_OP_READ] = "read",
-    [FAULT_OP_WRITE] = "write",
-    [FAULT_OP_ZERO] = "zero",
-    [FAULT_OP_DISCARD] = "discard",
-    [FAULT_OP_FLUSH] = "flush",
-    [FAULT_OP_STATUS] = "status",
+static const char *const fault_op_names[FAULT_OP_ANY] = {
+    [BDRV_OP_READ] = "read",
+    [BDRV_OP_WRITE] = "write",
+    [BDRV_OP_ZERO] = "zero",
+    [BDRV_OP_DISCARD] = "discard",
+    [BDRV_OP_FLUSH] = "flush",
+    [BDRV_OP_STATUS] = "status",
 };
 
 bool fault_opt_bool(GHashTable *opts, const char *driver, const char *key,
@@ -59,13 +59,13 @@ bool fault_opt_size(GHashTable *opts, const char *driver, const char *key,
     return true;
 }
 
-/* error-op: a FaultOp name, or "any" (FAULT_OP__MAX); -1 if neither. */
+/* error-op: a BdrvOp name, or "any" (FAULT_OP_ANY); -1 if neither. */
 static int fault_lookup_op(const char *name)
 {
     if (!strcmp(name, "any")) {
-        return FAULT_OP__MAX;
+        return FAULT_OP_ANY;
     }
-    for (int i = 0; i < FAULT_OP__MAX; i++) {
+    for (int i = 0; i < FAULT_OP_ANY; i++) {
         if (!strcmp(name, fault_op_names[i])) {
             return i;
         }
@@ -146,15 +146,15 @@ void fault_rule_clear(FaultRule *rule)
     rule->trigger_file = NULL;
 }
 
-int fault_rule_check(FaultRule *rule, FaultOp op, int64_t offset,
+int fault_rule_check(FaultRule *rule, BdrvOp op, int64_t offset,
                      int64_t bytes)
 {
     bool overlap;
 
-    if (rule->op < 0 || (rule->op != FAULT_OP__MAX && rule->op != (int)op)) {
+    if (rule->op < 0 || (rule->op != FAULT_OP_ANY && rule->op != (int)op)) {
         return 0;
     }
-    overlap = op == FAULT_OP_FLUSH ||
+    overlap = op == BDRV_OP_FLUSH ||
               (offset < rule->offset + rule->length &&
                rule->offset < offset + bytes);
     if (!overlap) {
