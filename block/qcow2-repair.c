@@ -38,6 +38,17 @@ static uint32_t qcow2_repair_rc(const uint32_t *want, int64_t nb,
     return i < (uint64_t)nb ? want[i] : 0;
 }
 
+/* Write @bytes of @buf at @off; once one succeeds, *@wrote says that the
+ * pass must sync before it returns. */
+static int qcow2_repair_write(BDRVQcow2State *s, int64_t off,
+                              const void *buf, int64_t bytes, bool *wrote)
+{
+    int ret = qcow2_pwrite(s, off, buf, bytes);
+
+    *wrote |= ret >= 0;
+    return ret;
+}
+
 /* Lower (and with @all, raise) the refcounts in the blocks that hold
  * them.  *@rebuild is set when some refcount has no usable block. */
 static int qcow2_repair_in_place(BDRVQcow2State *s, const Qcow2Counts *k,
@@ -77,11 +88,10 @@ static int qcow2_repair_in_place(BDRVQcow2State *s, const Qcow2Counts *k,
         for (int64_t i = first; i < end; i++) {
             qcow2_put_be16(rb + (i - first) * 2, want[i]);
         }
-        ret = qcow2_pwrite(s, block, rb, s->cluster_size);
+        ret = qcow2_repair_write(s, block, rb, s->cluster_size, &wrote);
         if (ret < 0) {
             return ret;
         }
-        wrote = true;
     }
     return wrote ? qcow2_sync(s) : 0;
 }
@@ -169,12 +179,12 @@ static int qcow2_repair_copied(BDRVQcow2State *s, const Qcow2Counts *k,
             uint8_t buf[8];
 
             qcow2_put_be64(buf, fixed);
-            ret = qcow2_pwrite(s, s->l1_offset + i * 8, buf, 8);
+            ret = qcow2_repair_write(s, s->l1_offset + i * 8, buf, 8,
+                                     &wrote);
             if (ret < 0) {
                 return ret;
             }
             s->l1[i] = fixed;
-            wrote = true;
         }
         if (!one) {
             continue;   /* shared or unreferenced: not ours to rewrite */
@@ -209,11 +219,10 @@ static int qcow2_repair_copied(BDRVQcow2State *s, const Qcow2Counts *k,
             }
         }
         if (dirty) {
-            ret = qcow2_pwrite(s, off, l2, s->cluster_size);
+            ret = qcow2_repair_write(s, off, l2, s->cluster_size, &wrote);
             if (ret < 0) {
                 return ret;
             }
-            wrote = true;
         }
     }
     return wrote ? qcow2_sync(s) : 0;
