@@ -50,6 +50,22 @@ int qcow2_l2_lookup(BDRVQcow2State *s, int64_t offset, int64_t max,
     return 0;
 }
 
+int qcow2_lock_lookup(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                      int64_t max, uint64_t *entries, int64_t *n)
+{
+    int ret = -EIO;
+
+    g_mutex_lock(&s->lock);
+    if (!s->corrupt) {
+        qcow2_wait_allocs(s, offset, bytes);
+        ret = qcow2_l2_lookup(s, offset, max, entries, n);
+    }
+    if (ret < 0) {
+        g_mutex_unlock(&s->lock);
+    }
+    return ret;
+}
+
 static void qcow2_l1_mark_dirty(BDRVQcow2State *s, int64_t l1_idx)
 {
     int64_t sector = l1_idx / 64;
@@ -265,13 +281,9 @@ static int64_t qcow2_zero_clusters(BDRVQcow2State *s, int64_t offset,
     int64_t n;
     int ret;
 
-    ret = qcow2_lock_range(s, offset, bytes);
+    ret = qcow2_lock_lookup(s, offset, bytes, max, old, &n);
     if (ret < 0) {
         return ret;
-    }
-    ret = qcow2_l2_lookup(s, offset, max, old, &n);
-    if (ret < 0) {
-        goto out_unlock;
     }
     new = g_new(uint64_t, n);
     for (int64_t i = 0; i < n; i++) {

@@ -169,15 +169,14 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
     int64_t n, clen;
     int ret;
 
-    ret = qcow2_lock_range(s, guest, cs);
+    ret = qcow2_lock_lookup(s, guest, cs, 1, &entry, &n);
     if (ret < 0) {
         return ret;
     }
-    ret = qcow2_l2_lookup(s, guest, 1, &entry, &n);
-    if (ret < 0 || qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
+    if (qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
         (bytes < cs && s->backing && guest + bytes < s->backing->size)) {
         g_mutex_unlock(&s->lock);
-        return ret < 0 ? ret : qcow2_do_write(s, guest, bytes, buf, 0);
+        return qcow2_do_write(s, guest, bytes, buf, 0);
     }
     qcow2_alloc_record_add(s, &rec, guest, guest + cs);
     g_mutex_unlock(&s->lock);
@@ -206,32 +205,40 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
     return ret;
 }
 
+/* The buffers of a compressed write: the data, and scratch clusters. */
+typedef struct Qcow2CompressedWrite {
+    const uint8_t *buf;
+    uint8_t *padded;
+    uint8_t *out;
+} Qcow2CompressedWrite;
+
+/* One cluster, or the piece of one, of a compressed write. */
+static int64_t qcow2_compressed_step(BDRVQcow2State *s, int64_t offset,
+                                     int64_t bytes, int64_t done,
+                                     void *opaque)
+{
+    Qcow2CompressedWrite *w = opaque;
+    int64_t cs = s->cluster_size;
+    int64_t in = qcow2_offset_in_cluster(s, offset);
+    int64_t len = MIN(bytes, cs - in);
+    int ret;
+
+    if (in || (len < cs && len < bytes)) {
+        /* Not a whole cluster, nor the end of the data. */
+        ret = qcow2_do_write(s, offset, len, w->buf + done, 0);
+    } else {
+        ret = qcow2_write_one_compressed(s, offset, len, w->buf + done,
+                                         w->padded, w->out);
+    }
+    return ret < 0 ? ret : len;
+}
+
 int qcow2_do_write_compressed(BDRVQcow2State *s, int64_t offset,
                               int64_t bytes, const uint8_t *buf)
 {
-    int64_t cs = s->cluster_size;
-    g_autofree uint8_t *padded = g_malloc(cs);
-    g_autofree uint8_t *out = g_malloc(cs);
+    g_autofree uint8_t *padded = g_malloc(s->cluster_size);
+    g_autofree uint8_t *out = g_malloc(s->cluster_size);
+    Qcow2CompressedWrite w = { .buf = buf, .padded = padded, .out = out };
 
-    while (bytes > 0) {
-        int64_t in = qcow2_offset_in_cluster(s, offset);
-        int64_t len = MIN(bytes, cs - in);
-        int ret;
-
-        if (in || (len < cs && len < bytes)) {
-            /* Not a whole cluster, nor the end of the data. */
-            ret = qcow2_do_write(s, offset, len, buf, 0);
-        } else {
-            ret = qcow2_write_one_compressed(s, offset, len, buf, padded,
-                                             out);
-        }
-
-        if (ret < 0) {
-            return ret;
-        }
-        offset += len;
-        bytes -= len;
-        buf += len;
-    }
-    return 0;
+    return qcow2_run_steps(s, offset, bytes, qcow2_compressed_step, &w);
 }

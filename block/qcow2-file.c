@@ -228,17 +228,6 @@ void qcow2_wait_allocs(BDRVQcow2State *s, int64_t offset, int64_t bytes)
     }
 }
 
-int qcow2_lock_range(BDRVQcow2State *s, int64_t offset, int64_t bytes)
-{
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        g_mutex_unlock(&s->lock);
-        return -EIO;
-    }
-    qcow2_wait_allocs(s, offset, bytes);
-    return 0;
-}
-
 void qcow2_alloc_record_add(BDRVQcow2State *s, Qcow2AllocRecord *r,
                             int64_t start, int64_t end)
 {
