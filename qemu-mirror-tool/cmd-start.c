@@ -306,13 +306,7 @@ int cmd_start(int argc, char **argv)
     StartOptions o = { 0 };
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
-    g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
-                                                           g_str_equal,
-                                                           g_free, g_free);
-    g_autoptr(GHashTable) src_user_opts = NULL;
-    g_autoptr(GHashTable) dst_user_opts = NULL;
-    g_autoptr(GHashTable) src_open_opts = NULL;
-    g_autoptr(GHashTable) dst_open_opts = NULL;
+    g_auto(ToolNodeOpts) nodes = tool_node_opts_init();
     g_autoptr(GError) err = NULL;
     QmpServer *qmp = NULL;
     BlockDriverState *top = NULL;
@@ -421,11 +415,8 @@ int cmd_start(int argc, char **argv)
 
     if (!tool_parse_options("SRC DST", summary, entries, &argc, &argv) ||
         !tool_expect_args("start", argc, 2, "a source and a target") ||
-        !start_parse(&o, &p, &stall_warning, nbd_opts) ||
-        !tool_parse_open_options("--source-opts", o.src_opts,
-                                 &src_user_opts) ||
-        !tool_parse_open_options("--target-opts", o.dst_opts,
-                                 &dst_user_opts) ||
+        !start_parse(&o, &p, &stall_warning, nodes.nbd) ||
+        !tool_node_opts_parse(&nodes, o.src_opts, o.dst_opts) ||
         !start_check_paths(&o, argv[1], argv[2])) {
         goto out;
     }
@@ -474,15 +465,14 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* Guests write to the source through the export. */
-    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
-    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
+    tool_node_opts_resolve(&nodes, argv[1], argv[2]);
     src = tool_open_image("source", argv[1], o.src_format,
-                          o.export_addr ? BDRV_O_RDWR : 0, src_open_opts);
+                          o.export_addr ? BDRV_O_RDWR : 0, nodes.src_open);
     if (!src || !tool_check_target_chain(src, argv[2])) {
         goto out;
     }
     dst = tool_open_image("target", argv[2], o.dst_format,
-                          BDRV_O_RDWR | BDRV_O_NO_PROBE, dst_open_opts);
+                          BDRV_O_RDWR | BDRV_O_NO_PROBE, nodes.dst_open);
     if (!dst) {
         goto out;
     }

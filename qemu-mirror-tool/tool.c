@@ -248,6 +248,37 @@ bool tool_parse_open_options(const char *opt, const char *str,
     *options = tool_parse_kv_options(opt, str);
     return *options != NULL;
 }
+
+ToolNodeOpts tool_node_opts_init(void)
+{
+    return (ToolNodeOpts) {
+        .nbd = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                     g_free),
+    };
+}
+
+bool tool_node_opts_parse(ToolNodeOpts *n, const char *src, const char *dst)
+{
+    return tool_parse_open_options("--source-opts", src, &n->src_user) &&
+           tool_parse_open_options("--target-opts", dst, &n->dst_user);
+}
+
+void tool_node_opts_resolve(ToolNodeOpts *n, const char *src_spec,
+                            const char *dst_spec)
+{
+    n->src_open = tool_open_options(src_spec, n->nbd, n->src_user);
+    n->dst_open = tool_open_options(dst_spec, n->nbd, n->dst_user);
+}
+
+void tool_node_opts_clear(ToolNodeOpts *n)
+{
+    g_clear_pointer(&n->nbd, g_hash_table_unref);
+    g_clear_pointer(&n->src_user, g_hash_table_unref);
+    g_clear_pointer(&n->dst_user, g_hash_table_unref);
+    g_clear_pointer(&n->src_open, g_hash_table_unref);
+    g_clear_pointer(&n->dst_open, g_hash_table_unref);
+}
+
 bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                                const char *connections, MirrorParams *p,
                                GHashTable *nbd_opts, GError **errp)

@@ -143,6 +143,39 @@ bool tool_parse_open_options(const char *opt, const char *str,
                              GHashTable **options);
 
 /*
+ * The node options of the two images of convert and start: the NBD
+ * options of the copy engine (--connections, see
+ * tool_parse_engine_options()), --source-opts and --target-opts as typed,
+ * and the open options of each image made from them.
+ */
+typedef struct ToolNodeOpts {
+    GHashTable *nbd;
+    GHashTable *src_user;       /* NULL: none given */
+    GHashTable *dst_user;
+    GHashTable *src_open;       /* set by tool_node_opts_resolve() */
+    GHashTable *dst_open;
+} ToolNodeOpts;
+
+/* A new ToolNodeOpts with an empty @nbd table and nothing else. */
+ToolNodeOpts tool_node_opts_init(void);
+
+/*
+ * Parse --source-opts @src and --target-opts @dst (NULL: not given) into
+ * @n; false with a message on a malformed pair.
+ */
+bool tool_node_opts_parse(ToolNodeOpts *n, const char *src,
+                          const char *dst);
+
+/* The open options of the source @src_spec and the target @dst_spec
+ * (tool_open_options()). */
+void tool_node_opts_resolve(ToolNodeOpts *n, const char *src_spec,
+                            const char *dst_spec);
+
+/* Free @n's tables (g_auto(ToolNodeOpts) calls it). */
+void tool_node_opts_clear(ToolNodeOpts *n);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolNodeOpts, tool_node_opts_clear)
+
+/*
  * Refuse a @target that is one of the files the opened @src reads: the
  * source image itself or a file of its backing chain (same device and
  * inode, bdrv_chain_contains()).  Writing it would destroy what the copy
