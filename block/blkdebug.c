@@ -106,7 +106,7 @@ static gboolean blkdebug_forward(gpointer opaque)
 {
     BdrvRequest *req = opaque;
     BlkdebugState *s = req->bs->opaque;
-    int ret = fault_rule_check(&s->fault, (FaultOp)req->op, req->offset,
+    int ret = fault_rule_check(&s->fault, req->op, req->offset,
                                req->bytes);
 
     if (ret) {

@@ -449,6 +449,18 @@ BlockDriverState *bdrv_new_internal(const BlockDriver *drv, const char *name,
 bool bdrv_parse_spec_options(const char *str, GHashTable *options,
                              GError **errp);
 
+/*
+ * For a driver's create(): open @filename as a new, empty file (created or
+ * truncated, mode 0644) with @access (O_RDWR or O_WRONLY).  An existing
+ * directory, FIFO, socket or character device is refused before open()
+ * could block or fail oddly ("'F' is a directory", "'F' is not a regular
+ * file", BLOCK_ERROR_INVALID); so is a block device unless
+ * @block_device_ok ("... or block device").  Returns the descriptor, or -1
+ * with @errp set ("Could not create 'F': REASON", BLOCK_ERROR_OPEN).
+ */
+int bdrv_create_file(const char *filename, int access, bool block_device_ok,
+                     GError **errp);
+
 /* Schedule @cb(@opaque, @ret) on the current thread-default main context:
  * for drivers that finish without waiting for anything. */
 void bdrv_complete_later(BlockCompletionFunc *cb, void *opaque, int ret);

@@ -588,6 +588,29 @@ bool bdrv_create(const char *format, const char *filename, int64_t size,
     return false;
 }
 
+int bdrv_create_file(const char *filename, int access, bool block_device_ok,
+                     GError **errp)
+{
+    struct stat st;
+    int fd;
+
+    if (stat(filename, &st) == 0 && !S_ISREG(st.st_mode) &&
+        !(block_device_ok && S_ISBLK(st.st_mode))) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    S_ISDIR(st.st_mode) ? "'%s' is a directory"
+                    : block_device_ok
+                    ? "'%s' is not a regular file or block device"
+                    : "'%s' is not a regular file", filename);
+        return -1;
+    }
+    fd = open(filename, access | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not create '%s': %s", filename, g_strerror(errno));
+    }
+    return fd;
+}
+
 const char *bdrv_spec_driver(const char *spec)
 {
     const BlockDriver *drv = bdrv_driver_for_spec(spec);

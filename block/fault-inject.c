@@ -11,13 +11,13 @@
 #include <errno.h>
 #include <unistd.h>
 
-static const char *const fault_op_names[FAULT_OP__MAX] = {
-    [FAULT_OP_READ] = "read",
-    [FAULT_OP_WRITE] = "write",
-    [FAULT_OP_ZERO] = "zero",
-    [FAULT_OP_DISCARD] = "discard",
-    [FAULT_OP_FLUSH] = "flush",
-    [FAULT_OP_STATUS] = "status",
+static const char *const fault_op_names[FAULT_OP_ANY] = {
+    [BDRV_OP_READ] = "read",
+    [BDRV_OP_WRITE] = "write",
+    [BDRV_OP_ZERO] = "zero",
+    [BDRV_OP_DISCARD] = "discard",
+    [BDRV_OP_FLUSH] = "flush",
+    [BDRV_OP_STATUS] = "status",
 };
 
 bool fault_opt_bool(GHashTable *opts, const char *driver, const char *key,
@@ -59,7 +59,22 @@ bool fault_opt_size(GHashTable *opts, const char *driver, const char *key,
     return true;
 }
 
-static int fault_parse_errno(const char *name)
+/* error-op: a BdrvOp name, or "any" (FAULT_OP_ANY); -1 if neither. */
+static int fault_lookup_op(const char *name)
+{
+    if (!strcmp(name, "any")) {
+        return FAULT_OP_ANY;
+    }
+    for (int i = 0; i < FAULT_OP_ANY; i++) {
+        if (!strcmp(name, fault_op_names[i])) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* error-errno: an errno name, in any case; its value, or -1. */
+static int fault_lookup_errno(const char *name)
 {
     static const struct { const char *name; int err; } errnos[] = {
         { "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EPERM", EPERM },
@@ -72,41 +87,46 @@ static int fault_parse_errno(const char *name)
             return errnos[i].err;
         }
     }
-    return 0;
+    return -1;
+}
+
+/*
+ * The value @lookup gives the option @key of @opts into *@out, which is
+ * left alone when @key is absent; an unknown name is refused ("DRIVER:
+ * unknown KEY 'NAME'").  Removes @key.
+ */
+static bool fault_opt_name(GHashTable *opts, const char *driver,
+                           const char *key, int (*lookup)(const char *name),
+                           int *out, GError **errp)
+{
+    const char *v = g_hash_table_lookup(opts, key);
+    int value;
+
+    if (!v) {
+        return true;
+    }
+    value = lookup(v);
+    if (value < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "%s: unknown %s '%s'", driver, key, v);
+        return false;
+    }
+    *out = value;
+    g_hash_table_remove(opts, key);
+    return true;
 }
 
 bool fault_rule_parse(FaultRule *rule, GHashTable *opts, const char *driver,
                       GError **errp)
 {
-    const char *op = g_hash_table_lookup(opts, "error-op");
-    const char *err = g_hash_table_lookup(opts, "error-errno");
     const char *file = g_hash_table_lookup(opts, "error-file");
 
     *rule = (FaultRule) { .op = -1, .err = EIO };
-    if (op) {
-        if (!strcmp(op, "any")) {
-            rule->op = FAULT_OP__MAX;
-        }
-        for (int i = 0; i < FAULT_OP__MAX; i++) {
-            if (!strcmp(op, fault_op_names[i])) {
-                rule->op = i;
-            }
-        }
-        if (rule->op < 0) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "%s: unknown error-op '%s'", driver, op);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-op");
-    }
-    if (err) {
-        rule->err = fault_parse_errno(err);
-        if (!rule->err) {
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                        "%s: unknown error-errno '%s'", driver, err);
-            return false;
-        }
-        g_hash_table_remove(opts, "error-errno");
+    if (!fault_opt_name(opts, driver, "error-op", fault_lookup_op,
+                        &rule->op, errp) ||
+        !fault_opt_name(opts, driver, "error-errno", fault_lookup_errno,
+                        &rule->err, errp)) {
+        return false;
     }
     if (file) {
         rule->trigger_file = g_strdup(file);
@@ -126,15 +146,15 @@ void fault_rule_clear(FaultRule *rule)
     rule->trigger_file = NULL;
 }
 
-int fault_rule_check(FaultRule *rule, FaultOp op, int64_t offset,
+int fault_rule_check(FaultRule *rule, BdrvOp op, int64_t offset,
                      int64_t bytes)
 {
     bool overlap;
 
-    if (rule->op < 0 || (rule->op != FAULT_OP__MAX && rule->op != (int)op)) {
+    if (rule->op < 0 || (rule->op != FAULT_OP_ANY && rule->op != (int)op)) {
         return 0;
     }
-    overlap = op == FAULT_OP_FLUSH ||
+    overlap = op == BDRV_OP_FLUSH ||
               (offset < rule->offset + rule->length &&
                rule->offset < offset + bytes);
     if (!overlap) {

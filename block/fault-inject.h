@@ -23,19 +23,11 @@
 
 #include "block/block.h"
 
-/* The request kinds, numbered as BdrvOp so that filters pass them on. */
-typedef enum FaultOp {
-    FAULT_OP_READ = BDRV_OP_READ,
-    FAULT_OP_WRITE = BDRV_OP_WRITE,
-    FAULT_OP_ZERO = BDRV_OP_ZERO,
-    FAULT_OP_DISCARD = BDRV_OP_DISCARD,
-    FAULT_OP_FLUSH = BDRV_OP_FLUSH,
-    FAULT_OP_STATUS = BDRV_OP_STATUS,
-    FAULT_OP__MAX,
-} FaultOp;
+/* The number of BdrvOp kinds; as error-op, "any". */
+#define FAULT_OP_ANY (BDRV_OP_STATUS + 1)
 
 typedef struct FaultRule {
-    int op;                 /* FaultOp, FAULT_OP__MAX = any, -1 = none */
+    int op;                 /* BdrvOp, FAULT_OP_ANY, -1 = none */
     int64_t offset;
     int64_t length;
     int err;                /* positive errno */
@@ -54,7 +46,7 @@ bool fault_rule_parse(FaultRule *rule, GHashTable *opts, const char *driver,
 void fault_rule_clear(FaultRule *rule);
 
 /* The error to inject into a request (-errno), or 0.  Counts it. */
-int fault_rule_check(FaultRule *rule, FaultOp op, int64_t offset,
+int fault_rule_check(FaultRule *rule, BdrvOp op, int64_t offset,
                      int64_t bytes);
 
 /* Option helpers: parse and remove @key, or leave *@out = @def. */

@@ -258,7 +258,7 @@ static void null_account(BlockDriverState *bs, BdrvRequest *req)
     }
     s->in_flight = g_list_prepend(s->in_flight, req);
 
-    r->ret = fault_rule_check(&s->fault, (FaultOp)op, offset, bytes);
+    r->ret = fault_rule_check(&s->fault, (BdrvOp)op, offset, bytes);
     if (r->ret) {
         st->injected_errors++;
     }

@@ -42,14 +42,15 @@
 #include "block/block.h"
 #include "block/fault-inject.h"
 
+/* The request kinds, as BdrvOp, in the null driver's words for tests. */
 typedef enum NullOp {
-    NULL_OP_READ = FAULT_OP_READ,
-    NULL_OP_WRITE = FAULT_OP_WRITE,
-    NULL_OP_ZERO = FAULT_OP_ZERO,
-    NULL_OP_DISCARD = FAULT_OP_DISCARD,
-    NULL_OP_FLUSH = FAULT_OP_FLUSH,
-    NULL_OP_STATUS = FAULT_OP_STATUS,
-    NULL_OP__MAX = FAULT_OP__MAX,
+    NULL_OP_READ = BDRV_OP_READ,
+    NULL_OP_WRITE = BDRV_OP_WRITE,
+    NULL_OP_ZERO = BDRV_OP_ZERO,
+    NULL_OP_DISCARD = BDRV_OP_DISCARD,
+    NULL_OP_FLUSH = BDRV_OP_FLUSH,
+    NULL_OP_STATUS = BDRV_OP_STATUS,
+    NULL_OP__MAX = FAULT_OP_ANY,
 } NullOp;
 
 /* One request as the driver saw it. */

@@ -13,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "util/file-io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -176,19 +177,12 @@ int qcow2_backing_read(Qcow2Backing *b, int64_t offset, int64_t bytes,
         ret = qcow2_do_read(b->qcow2, offset, inside, buf);
         done = inside;
     }
-    while (b->fd >= 0 && done < inside) {
-        ssize_t n = pread(b->fd, buf + done, inside - done, offset + done);
-
-        if (n < 0 && errno == EINTR) {
-            continue;
+    if (b->fd >= 0 && done < inside) {
+        /* Short when the file shrank: the rest reads as zeroes. */
+        done = file_pread_full(b->fd, buf, inside, offset, 0);
+        if (done < 0) {
+            return done;
         }
-        if (n < 0) {
-            return -errno;
-        }
-        if (n == 0) {
-            break;      /* the file shrank: zeroes */
-        }
-        done += n;
     }
     memset(buf + done, 0, bytes - done);
     return ret;

@@ -50,6 +50,22 @@ int qcow2_l2_lookup(BDRVQcow2State *s, int64_t offset, int64_t max,
     return 0;
 }
 
+int qcow2_lock_lookup(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                      int64_t max, uint64_t *entries, int64_t *n)
+{
+    int ret = -EIO;
+
+    g_mutex_lock(&s->lock);
+    if (!s->corrupt) {
+        qcow2_wait_allocs(s, offset, bytes);
+        ret = qcow2_l2_lookup(s, offset, max, entries, n);
+    }
+    if (ret < 0) {
+        g_mutex_unlock(&s->lock);
+    }
+    return ret;
+}
+
 static void qcow2_l1_mark_dirty(BDRVQcow2State *s, int64_t l1_idx)
 {
     int64_t sector = l1_idx / 64;
@@ -265,15 +281,9 @@ static int64_t qcow2_zero_clusters(BDRVQcow2State *s, int64_t offset,
     int64_t n;
     int ret;
 
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        ret = -EIO;
-        goto out_unlock;
-    }
-    qcow2_wait_allocs(s, offset, bytes);
-    ret = qcow2_l2_lookup(s, offset, max, old, &n);
+    ret = qcow2_lock_lookup(s, offset, bytes, max, old, &n);
     if (ret < 0) {
-        goto out_unlock;
+        return ret;
     }
     new = g_new(uint64_t, n);
     for (int64_t i = 0; i < n; i++) {
@@ -431,6 +441,18 @@ static int qcow2_status_lookup(BDRVQcow2State *s, int64_t pos, int64_t max,
     return ret;
 }
 
+/* The status of an allocated cluster of each type; 0: unallocated. */
+static const unsigned qcow2_cluster_status[] = {
+    [QCOW2_CLUSTER_UNALLOCATED] = 0,
+    [QCOW2_CLUSTER_ZERO_PLAIN] = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED,
+    [QCOW2_CLUSTER_ZERO_ALLOC] = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED |
+                                 BDRV_BLOCK_OFFSET_VALID,
+    [QCOW2_CLUSTER_NORMAL] = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
+                             BDRV_BLOCK_OFFSET_VALID,
+    [QCOW2_CLUSTER_COMPRESSED] = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
+                                 BDRV_BLOCK_COMPRESSED,
+};
+
 int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                           GArray *out)
 {
@@ -457,31 +479,14 @@ int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
             int64_t cstart = base + i * cs;
             int64_t cend = MIN(cstart + cs, end);
             int64_t in = pos - cstart;
+            unsigned flags = qcow2_cluster_status[qcow2_l2_type(entries[i])];
 
-            switch (qcow2_l2_type(entries[i])) {
-            case QCOW2_CLUSTER_NORMAL:
-                qcow2_extent_append(out, pos, cend - pos,
-                                    BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
-                                    BDRV_BLOCK_OFFSET_VALID, 0,
-                                    hosts[i] + in);
-                break;
-            case QCOW2_CLUSTER_ZERO_ALLOC:
-                qcow2_extent_append(out, pos, cend - pos,
-                                    BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED |
-                                    BDRV_BLOCK_OFFSET_VALID, 0,
-                                    hosts[i] + in);
-                break;
-            case QCOW2_CLUSTER_ZERO_PLAIN:
-                qcow2_extent_append(out, pos, cend - pos,
-                                    BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED,
-                                    0, 0);
-                break;
-            case QCOW2_CLUSTER_COMPRESSED:
-                qcow2_extent_append(out, pos, cend - pos,
-                                    BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED |
-                                    BDRV_BLOCK_COMPRESSED, 0, 0);
-                break;
-            case QCOW2_CLUSTER_UNALLOCATED: {
+            if (flags) {
+                qcow2_extent_append(out, pos, cend - pos, flags, 0,
+                                    flags & BDRV_BLOCK_OFFSET_VALID
+                                    ? hosts[i] + in : 0);
+            } else {
+                /* Unallocated: the run of them in one go. */
                 int64_t j = i;
 
                 while (j + 1 < n &&
@@ -496,8 +501,6 @@ int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                     return ret;
                 }
                 i = j;
-                break;
-            }
             }
             pos = cend;
         }

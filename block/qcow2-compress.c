@@ -14,6 +14,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "util/file-io.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -58,7 +59,7 @@ int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
 {
     int64_t off, len, end;
     g_autofree uint8_t *in = NULL;
-    int64_t n = 0;
+    int64_t n;
 
     qcow2_compressed_range(s, entry, &off, &len);
     g_mutex_lock(&s->lock);
@@ -71,19 +72,9 @@ int qcow2_read_compressed(BDRVQcow2State *s, uint64_t entry, uint8_t *out)
     }
     len = MIN(len, end - off);      /* a short last chunk is fine */
     in = g_malloc(len);
-    while (n < len) {
-        ssize_t r = pread(s->fd, in + n, len - n, off + n);
-
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r < 0) {
-            return -errno;
-        }
-        if (r == 0) {
-            break;
-        }
-        n += r;
+    n = file_pread_full(s->fd, in, len, off, 0);
+    if (n < 0) {
+        return n;
     }
     return qcow2_inflate(in, n, out, s->cluster_size);
 }
@@ -178,17 +169,14 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
     int64_t n, clen;
     int ret;
 
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        g_mutex_unlock(&s->lock);
-        return -EIO;
+    ret = qcow2_lock_lookup(s, guest, cs, 1, &entry, &n);
+    if (ret < 0) {
+        return ret;
     }
-    qcow2_wait_allocs(s, guest, cs);
-    ret = qcow2_l2_lookup(s, guest, 1, &entry, &n);
-    if (ret < 0 || qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
+    if (qcow2_l2_type(entry) != QCOW2_CLUSTER_UNALLOCATED ||
         (bytes < cs && s->backing && guest + bytes < s->backing->size)) {
         g_mutex_unlock(&s->lock);
-        return ret < 0 ? ret : qcow2_do_write(s, guest, bytes, buf, 0);
+        return qcow2_do_write(s, guest, bytes, buf, 0);
     }
     qcow2_alloc_record_add(s, &rec, guest, guest + cs);
     g_mutex_unlock(&s->lock);
@@ -217,32 +205,40 @@ static int qcow2_write_one_compressed(BDRVQcow2State *s, int64_t guest,
     return ret;
 }
 
+/* The buffers of a compressed write: the data, and scratch clusters. */
+typedef struct Qcow2CompressedWrite {
+    const uint8_t *buf;
+    uint8_t *padded;
+    uint8_t *out;
+} Qcow2CompressedWrite;
+
+/* One cluster, or the piece of one, of a compressed write. */
+static int64_t qcow2_compressed_step(BDRVQcow2State *s, int64_t offset,
+                                     int64_t bytes, int64_t done,
+                                     void *opaque)
+{
+    Qcow2CompressedWrite *w = opaque;
+    int64_t cs = s->cluster_size;
+    int64_t in = qcow2_offset_in_cluster(s, offset);
+    int64_t len = MIN(bytes, cs - in);
+    int ret;
+
+    if (in || (len < cs && len < bytes)) {
+        /* Not a whole cluster, nor the end of the data. */
+        ret = qcow2_do_write(s, offset, len, w->buf + done, 0);
+    } else {
+        ret = qcow2_write_one_compressed(s, offset, len, w->buf + done,
+                                         w->padded, w->out);
+    }
+    return ret < 0 ? ret : len;
+}
+
 int qcow2_do_write_compressed(BDRVQcow2State *s, int64_t offset,
                               int64_t bytes, const uint8_t *buf)
 {
-    int64_t cs = s->cluster_size;
-    g_autofree uint8_t *padded = g_malloc(cs);
-    g_autofree uint8_t *out = g_malloc(cs);
+    g_autofree uint8_t *padded = g_malloc(s->cluster_size);
+    g_autofree uint8_t *out = g_malloc(s->cluster_size);
+    Qcow2CompressedWrite w = { .buf = buf, .padded = padded, .out = out };
 
-    while (bytes > 0) {
-        int64_t in = qcow2_offset_in_cluster(s, offset);
-        int64_t len = MIN(bytes, cs - in);
-        int ret;
-
-        if (in || (len < cs && len < bytes)) {
-            /* Not a whole cluster, nor the end of the data. */
-            ret = qcow2_do_write(s, offset, len, buf, 0);
-        } else {
-            ret = qcow2_write_one_compressed(s, offset, len, buf, padded,
-                                             out);
-        }
-
-        if (ret < 0) {
-            return ret;
-        }
-        offset += len;
-        bytes -= len;
-        buf += len;
-    }
-    return 0;
+    return qcow2_run_steps(s, offset, bytes, qcow2_compressed_step, &w);
 }

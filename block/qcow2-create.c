@@ -162,7 +162,6 @@ bool qcow2_create_file(const char *filename, const Qcow2CreateParams *p,
     Qcow2Layout l;
     Qcow2Header h = { 0 };
     g_autofree uint8_t *hdr = NULL;
-    struct stat st;
     int fd, ret;
 
     if (!qcow2_layout(p, &l, errp)) {
@@ -180,16 +179,8 @@ bool qcow2_create_file(const char *filename, const Qcow2CreateParams *p,
     if (!qcow2_header_build(hdr, l.cs, &h, errp)) {
         return false;
     }
-    if (stat(filename, &st) == 0 && !S_ISREG(st.st_mode)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    S_ISDIR(st.st_mode) ? "'%s' is a directory"
-                    : "'%s' is not a regular file", filename);
-        return false;
-    }
-    fd = open(filename, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = bdrv_create_file(filename, O_RDWR, false, errp);
     if (fd < 0) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Could not create '%s': %s", filename, g_strerror(errno));
         return false;
     }
     ret = qcow2_create_write(fd, 0, hdr, l.cs);

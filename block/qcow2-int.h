@@ -481,6 +481,19 @@ void qcow2_alloc_record_remove(BDRVQcow2State *s, Qcow2AllocRecord *r);
 int qcow2_read_cluster_part(BDRVQcow2State *s, uint64_t entry,
                             int64_t offset, int64_t bytes, uint8_t *buf);
 
+/*
+ * One step of a request: do a prefix of [@offset, @offset + @bytes), which
+ * starts @done bytes into the request (and its buffer, in @opaque), and
+ * return its length (> 0) or -errno.
+ */
+typedef int64_t Qcow2StepFunc(BDRVQcow2State *s, int64_t offset,
+                              int64_t bytes, int64_t done, void *opaque);
+
+/* Run @step over [@offset, @offset + @bytes) until it is all done; 0 or
+ * the first -errno. */
+int qcow2_run_steps(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                    Qcow2StepFunc *step, void *opaque);
+
 /* The data path, synchronous, on a worker thread; 0 or -errno. */
 int qcow2_do_read(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                   uint8_t *buf);
@@ -497,6 +510,15 @@ int qcow2_do_flush(BDRVQcow2State *s);
  */
 int qcow2_l2_lookup(BDRVQcow2State *s, int64_t offset, int64_t max,
                     uint64_t *entries, int64_t *n);
+
+/*
+ * The start of a change to the guest range [@offset, @offset + @bytes):
+ * take the lock, refuse a corrupt image (-EIO), qcow2_wait_allocs(), then
+ * qcow2_l2_lookup() of up to @max clusters from @offset.  0 with the lock
+ * held, or -errno with it released.
+ */
+int qcow2_lock_lookup(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                      int64_t max, uint64_t *entries, int64_t *n);
 
 /*
  * Set the L2 entries of @n guest clusters from the one holding @offset

@@ -103,8 +103,9 @@ static bool qcow2_same_run(uint64_t a, uint64_t b, int64_t i, int64_t cs)
  * @offset, then read it without the lock.  Returns bytes read or -errno.
  */
 static int64_t qcow2_read_step(BDRVQcow2State *s, int64_t offset,
-                               int64_t bytes, uint8_t *buf)
+                               int64_t bytes, int64_t done, void *opaque)
 {
+    uint8_t *buf = (uint8_t *)opaque + done;
     int64_t cs = s->cluster_size;
     int64_t in = qcow2_offset_in_cluster(s, offset);
     int64_t max = DIV_ROUND_UP(in + bytes, cs);
@@ -154,20 +155,24 @@ static int64_t qcow2_read_step(BDRVQcow2State *s, int64_t offset,
     return ret < 0 ? ret : len;
 }
 
-int qcow2_do_read(BDRVQcow2State *s, int64_t offset, int64_t bytes,
-                  uint8_t *buf)
+int qcow2_run_steps(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                    Qcow2StepFunc *step, void *opaque)
 {
-    while (bytes > 0) {
-        int64_t n = qcow2_read_step(s, offset, bytes, buf);
+    for (int64_t done = 0; done < bytes;) {
+        int64_t n = step(s, offset + done, bytes - done, done, opaque);
 
         if (n < 0) {
             return n;
         }
-        offset += n;
-        bytes -= n;
-        buf += n;
+        done += n;
     }
     return 0;
+}
+
+int qcow2_do_read(BDRVQcow2State *s, int64_t offset, int64_t bytes,
+                  uint8_t *buf)
+{
+    return qcow2_run_steps(s, offset, bytes, qcow2_read_step, buf);
 }
 
 /* ---- Writes ---- */
@@ -376,8 +381,9 @@ static int64_t qcow2_write_in_place(BDRVQcow2State *s, int64_t offset,
 
 /* One step of a write; returns the bytes written or -errno. */
 static int64_t qcow2_write_step(BDRVQcow2State *s, int64_t offset,
-                                int64_t bytes, const uint8_t *buf)
+                                int64_t bytes, int64_t done, void *opaque)
 {
+    const uint8_t *buf = (const uint8_t *)opaque + done;
     int64_t cs = s->cluster_size;
     int64_t in = qcow2_offset_in_cluster(s, offset);
     uint64_t entries[64];
@@ -386,16 +392,10 @@ static int64_t qcow2_write_step(BDRVQcow2State *s, int64_t offset,
     int64_t n, len;
     int ret;
 
-    g_mutex_lock(&s->lock);
-    if (s->corrupt) {
-        g_mutex_unlock(&s->lock);
-        return -EIO;
-    }
-    qcow2_wait_allocs(s, offset, bytes);
-    ret = qcow2_l2_lookup(s, offset, MIN(DIV_ROUND_UP(in + bytes, cs), 64),
-                          entries, &n);
+    ret = qcow2_lock_lookup(s, offset, bytes,
+                            MIN(DIV_ROUND_UP(in + bytes, cs), 64), entries,
+                            &n);
     if (ret < 0) {
-        g_mutex_unlock(&s->lock);
         return ret;
     }
     if (qcow2_entry_in_place(s, entries[0])) {
@@ -437,17 +437,11 @@ static int64_t qcow2_write_step(BDRVQcow2State *s, int64_t offset,
 int qcow2_do_write(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                    const uint8_t *buf, BdrvRequestFlags flags)
 {
-    while (bytes > 0) {
-        int64_t n = qcow2_write_step(s, offset, bytes, buf);
+    /* The steps only read @buf. */
+    int ret = qcow2_run_steps(s, offset, bytes, qcow2_write_step,
+                              (void *)buf);
 
-        if (n < 0) {
-            return n;
-        }
-        offset += n;
-        bytes -= n;
-        buf += n;
-    }
-    return flags & BDRV_REQ_FUA ? qcow2_do_flush(s) : 0;
+    return ret < 0 || !(flags & BDRV_REQ_FUA) ? ret : qcow2_do_flush(s);
 }
 
 int qcow2_do_flush(BDRVQcow2State *s)

@@ -24,6 +24,43 @@ static bool qcow2_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b,
     return alen && blen && a < b + blen && b < a + alen;
 }
 
+/*
+ * Where the table @what ("Active L1 table") of @bytes at @off lies: a
+ * multiple of the cluster size @cs, not 0 when @required, and inside the
+ * file; false with @errp set (QEMU's words) when not.  @idx >= 0: the
+ * table is the one entry @idx of the refcount table or L1 table points to
+ * (a refcount block, an L2 table), and the words say so.
+ */
+static bool qcow2_check_place(const char *what, int64_t idx, uint64_t off,
+                              uint64_t bytes, bool required, uint64_t cs,
+                              int64_t file_size, GError **errp)
+{
+    if (off % cs || (required && !off)) {
+        if (idx < 0) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "%s offset invalid (0x%" PRIx64 ")", what, off);
+        } else {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "%s offset 0x%" PRIx64 " unaligned (entry %" PRId64
+                        ")", what, off, idx);
+        }
+        return false;
+    }
+    if (!qcow2_inside(off, bytes, file_size)) {
+        if (idx < 0) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "%s (0x%" PRIx64 ", %" PRIu64 " bytes) lies beyond "
+                        "the end of the file", what, off, bytes);
+        } else {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                        "%s at 0x%" PRIx64 " (entry %" PRId64 ") lies beyond "
+                        "the end of the file", what, off, idx);
+        }
+        return false;
+    }
+    return true;
+}
+
 bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                                GError **errp)
 {
@@ -49,17 +86,9 @@ bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                     " clusters)", h->refcount_table_clusters);
         return false;
     }
-    if (h->refcount_table_offset % cs || !h->refcount_table_offset) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Reference count table offset invalid (0x%" PRIx64 ")",
-                    h->refcount_table_offset);
-        return false;
-    }
-    if (!qcow2_inside(h->refcount_table_offset, rt_bytes, file_size)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Reference count table (0x%" PRIx64 ", %" PRIu64
-                    " bytes) lies beyond the end of the file",
-                    h->refcount_table_offset, rt_bytes);
+    if (!qcow2_check_place("Reference count table", -1,
+                           h->refcount_table_offset, rt_bytes, true, cs,
+                           file_size, errp)) {
         return false;
     }
     if (h->nb_snapshots > QCOW2_MAX_SNAPSHOTS) {
@@ -88,17 +117,8 @@ bool qcow2_header_check_layout(const Qcow2Header *h, int64_t file_size,
                     PRIu64 " needed)", h->l1_size, need_l1);
         return false;
     }
-    if (h->l1_table_offset % cs || (h->l1_size && !h->l1_table_offset)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Active L1 table offset invalid (0x%" PRIx64 ")",
-                    h->l1_table_offset);
-        return false;
-    }
-    if (!qcow2_inside(h->l1_table_offset, l1_bytes, file_size)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Active L1 table (0x%" PRIx64 ", %" PRIu64 " bytes) lies "
-                    "beyond the end of the file", h->l1_table_offset,
-                    l1_bytes);
+    if (!qcow2_check_place("Active L1 table", -1, h->l1_table_offset,
+                           l1_bytes, h->l1_size != 0, cs, file_size, errp)) {
         return false;
     }
     if (qcow2_ranges_overlap(h->l1_table_offset, QEMU_ALIGN_UP(l1_bytes, cs),
@@ -160,26 +180,6 @@ static bool qcow2_meta_claim(GHashTable *meta, uint64_t off, uint64_t len,
     return true;
 }
 
-/* One refcount block or L2 table offset. */
-static bool qcow2_check_table_offset(uint64_t off, const char *what,
-                                     int64_t idx, uint64_t cs,
-                                     int64_t file_size, GError **errp)
-{
-    if (off % cs) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "%s offset 0x%" PRIx64 " unaligned (entry %" PRId64
-                    ")", what, off, idx);
-        return false;
-    }
-    if (!qcow2_inside(off, cs, file_size)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "%s at 0x%" PRIx64 " (entry %" PRId64 ") lies beyond "
-                    "the end of the file", what, off, idx);
-        return false;
-    }
-    return true;
-}
-
 bool qcow2_check_tables(const Qcow2Header *h, const uint64_t *rt,
                         int64_t rt_entries, const uint64_t *l1,
                         int64_t file_size, GHashTable *meta, GError **errp)
@@ -208,8 +208,8 @@ bool qcow2_check_tables(const Qcow2Header *h, const uint64_t *rt,
         if (!off) {
             continue;
         }
-        if (!qcow2_check_table_offset(off, "Refcount block", i, cs,
-                                      file_size, errp) ||
+        if (!qcow2_check_place("Refcount block", i, off, cs, false, cs,
+                               file_size, errp) ||
             !qcow2_meta_claim(meta, off, cs, cb, QCOW2_META_REFBLOCK,
                               errp)) {
             return false;
@@ -221,8 +221,8 @@ bool qcow2_check_tables(const Qcow2Header *h, const uint64_t *rt,
         if (!off) {
             continue;
         }
-        if (!qcow2_check_table_offset(off, "L2 table", i, cs, file_size,
-                                      errp) ||
+        if (!qcow2_check_place("L2 table", i, off, cs, false, cs, file_size,
+                               errp) ||
             !qcow2_meta_claim(meta, off, cs, cb, QCOW2_META_L2, errp)) {
             return false;
         }

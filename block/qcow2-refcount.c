@@ -204,6 +204,32 @@ static int64_t qcow2_count_missing_blocks(BDRVQcow2State *s, int64_t start,
     return missing;
 }
 
+int qcow2_reftable_write(BDRVQcow2State *s, int64_t start,
+                         const uint8_t *blocks, int64_t nb,
+                         const uint8_t *table, int64_t nt)
+{
+    int64_t cs = s->cluster_size;
+    uint8_t hdr[12];
+    int ret = 0;
+
+    if (nb) {
+        ret = qcow2_pwrite(s, start * cs, blocks, nb * cs);
+    }
+    if (ret == 0) {
+        ret = qcow2_pwrite(s, (start + nb) * cs, table, nt * cs);
+    }
+    if (ret == 0) {
+        ret = qcow2_sync(s);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    qcow2_put_be64(hdr, (start + nb) * cs);
+    qcow2_put_be32(hdr + 8, nt);
+    ret = qcow2_pwrite(s, QCOW2_HDR_REFTABLE_OFFSET, hdr, sizeof(hdr));
+    return ret < 0 ? ret : qcow2_sync(s);
+}
+
 /* Write the grown table, its new blocks, switch the header, free the old
  * table.  @table has @nt clusters of entries; @nb new blocks go at @start,
  * the table right after them. */
@@ -216,7 +242,6 @@ static int qcow2_reftable_switch(BDRVQcow2State *s, uint64_t *table,
     int64_t old_off = s->reftable_offset, old_clusters = s->reftable_clusters;
     g_autofree uint8_t *blocks = g_malloc0(nb * cs);
     g_autofree uint8_t *raw = g_malloc(nt * cs);
-    uint8_t hdr[12];
     bool wrote;
     int64_t k = 0;
     int ret;
@@ -246,23 +271,8 @@ static int qcow2_reftable_switch(BDRVQcow2State *s, uint64_t *table,
         qcow2_put_be64(raw + i * 8, table[i]);
     }
     ret = qcow2_cache_flush(s, s->rb_cache, &wrote);
-    if (ret == 0 && nb) {
-        ret = qcow2_pwrite(s, start * cs, blocks, nb * cs);
-    }
     if (ret == 0) {
-        ret = qcow2_pwrite(s, (start + nb) * cs, raw, nt * cs);
-    }
-    if (ret == 0) {
-        ret = qcow2_sync(s);
-    }
-    if (ret < 0) {
-        return ret;
-    }
-    qcow2_put_be64(hdr, (start + nb) * cs);
-    qcow2_put_be32(hdr + 8, nt);
-    ret = qcow2_pwrite(s, QCOW2_HDR_REFTABLE_OFFSET, hdr, sizeof(hdr));
-    if (ret == 0) {
-        ret = qcow2_sync(s);
+        ret = qcow2_reftable_write(s, start, blocks, nb, raw, nt);
     }
     if (ret < 0) {
         return ret;

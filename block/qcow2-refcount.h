@@ -42,6 +42,17 @@ int qcow2_alloc_clusters(BDRVQcow2State *s, int64_t n, int64_t *host,
 /* Allocate @size bytes for a compressed cluster (packing, §1.5). */
 int qcow2_alloc_bytes(BDRVQcow2State *s, int64_t size, int64_t *host);
 
+/*
+ * Put a new refcount table in place on disk: @nb refcount blocks @blocks
+ * at cluster @start, the table @table (@nt clusters, big-endian entries)
+ * right after them, durable before the header points at the table, and
+ * the header durable.  The caller updates its in-memory state.  0 or
+ * -errno.
+ */
+int qcow2_reftable_write(BDRVQcow2State *s, int64_t start,
+                         const uint8_t *blocks, int64_t nb,
+                         const uint8_t *table, int64_t nt);
+
 /* ---- qcow2-refcount-free.c: deferred frees ---- */
 
 /*

@@ -38,6 +38,17 @@ static uint32_t qcow2_repair_rc(const uint32_t *want, int64_t nb,
     return i < (uint64_t)nb ? want[i] : 0;
 }
 
+/* Write @bytes of @buf at @off; once one succeeds, *@wrote says that the
+ * pass must sync before it returns. */
+static int qcow2_repair_write(BDRVQcow2State *s, int64_t off,
+                              const void *buf, int64_t bytes, bool *wrote)
+{
+    int ret = qcow2_pwrite(s, off, buf, bytes);
+
+    *wrote |= ret >= 0;
+    return ret;
+}
+
 /* Lower (and with @all, raise) the refcounts in the blocks that hold
  * them.  *@rebuild is set when some refcount has no usable block. */
 static int qcow2_repair_in_place(BDRVQcow2State *s, const Qcow2Counts *k,
@@ -77,11 +88,10 @@ static int qcow2_repair_in_place(BDRVQcow2State *s, const Qcow2Counts *k,
         for (int64_t i = first; i < end; i++) {
             qcow2_put_be16(rb + (i - first) * 2, want[i]);
         }
-        ret = qcow2_pwrite(s, block, rb, s->cluster_size);
+        ret = qcow2_repair_write(s, block, rb, s->cluster_size, &wrote);
         if (ret < 0) {
             return ret;
         }
-        wrote = true;
     }
     return wrote ? qcow2_sync(s) : 0;
 }
@@ -101,8 +111,6 @@ static int qcow2_repair_rebuild(BDRVQcow2State *s, const Qcow2Counts *k,
     int64_t nblk = 0, nt = 1;
     g_autofree uint8_t *blocks = NULL;
     g_autofree uint8_t *table = NULL;
-    uint8_t hdr[12];
-    int ret;
 
     for (int64_t c = 0; c < s->reftable_clusters; c++) {
         int64_t i = (s->reftable_offset >> cb) + c;
@@ -145,20 +153,7 @@ static int qcow2_repair_rebuild(BDRVQcow2State *s, const Qcow2Counts *k,
     for (int64_t b = 0; b < nblk; b++) {
         qcow2_put_be64(table + b * 8, (start + b) * cs);
     }
-    ret = qcow2_pwrite(s, start * cs, blocks, nblk * cs);
-    if (ret == 0) {
-        ret = qcow2_pwrite(s, (start + nblk) * cs, table, nt * cs);
-    }
-    if (ret == 0) {
-        ret = qcow2_sync(s);
-    }
-    if (ret < 0) {
-        return ret;
-    }
-    qcow2_put_be64(hdr, (start + nblk) * cs);
-    qcow2_put_be32(hdr + 8, nt);
-    ret = qcow2_pwrite(s, QCOW2_HDR_REFTABLE_OFFSET, hdr, sizeof(hdr));
-    return ret < 0 ? ret : qcow2_sync(s);
+    return qcow2_reftable_write(s, start, blocks, nblk, table, nt);
 }
 
 /* COPIED exactly when the refcount (@want) is 1, in L1 and L2 entries. */
@@ -184,12 +179,12 @@ static int qcow2_repair_copied(BDRVQcow2State *s, const Qcow2Counts *k,
             uint8_t buf[8];
 
             qcow2_put_be64(buf, fixed);
-            ret = qcow2_pwrite(s, s->l1_offset + i * 8, buf, 8);
+            ret = qcow2_repair_write(s, s->l1_offset + i * 8, buf, 8,
+                                     &wrote);
             if (ret < 0) {
                 return ret;
             }
             s->l1[i] = fixed;
-            wrote = true;
         }
         if (!one) {
             continue;   /* shared or unreferenced: not ours to rewrite */
@@ -224,11 +219,10 @@ static int qcow2_repair_copied(BDRVQcow2State *s, const Qcow2Counts *k,
             }
         }
         if (dirty) {
-            ret = qcow2_pwrite(s, off, l2, s->cluster_size);
+            ret = qcow2_repair_write(s, off, l2, s->cluster_size, &wrote);
             if (ret < 0) {
                 return ret;
             }
-            wrote = true;
         }
     }
     return wrote ? qcow2_sync(s) : 0;

@@ -417,7 +417,6 @@ static bool raw_create(const char *filename, int64_t size, GHashTable *options,
     const char *v = options ? g_hash_table_lookup(options, "preallocation")
                             : NULL;
     RawPrealloc prealloc = RAW_PREALLOC_OFF;
-    struct stat st;
     bool ok;
     int fd;
 
@@ -434,18 +433,8 @@ static bool raw_create(const char *filename, int64_t size, GHashTable *options,
         }
         g_hash_table_remove(options, "preallocation");
     }
-    /* Refuse directories and FIFOs before open() can block or fail oddly. */
-    if (stat(filename, &st) == 0 && !S_ISREG(st.st_mode) &&
-        !S_ISBLK(st.st_mode)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    S_ISDIR(st.st_mode) ? "'%s' is a directory"
-                    : "'%s' is not a regular file or block device", filename);
-        return false;
-    }
-    fd = open(filename, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = bdrv_create_file(filename, O_WRONLY, true, errp);
     if (fd < 0) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
-                    "Could not create '%s': %s", filename, g_strerror(errno));
         return false;
     }
     ok = raw_create_fill(fd, filename, size, prealloc, errp);

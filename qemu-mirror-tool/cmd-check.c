@@ -144,7 +144,6 @@ int cmd_check(int argc, char **argv)
     g_autofree char *format = NULL;
     g_autofree char *output = NULL;
     g_autofree char *repair = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     BdrvCheckReport rep = { 0 };
@@ -161,17 +160,15 @@ int cmd_check(int argc, char **argv)
           "qemu-img check -r", "leaks|all" },
         { NULL },
     };
-
-    ctx = g_option_context_new("IMG");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Check a qcow2 image for leaked clusters and corruptions; without\n"
         "-r the image is not changed.  Exit codes as qemu-img check: 0\n"
         "clean, 1 check failed, 2 corruptions, 3 leaks only, 63 format not\n"
-        "checkable; after -r, those of the check of the repaired image.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "checkable; after -r, those of the check of the repaired image.";
+
+    if (!tool_parse_options("IMG", summary, entries, &argc, &argv) ||
         !tool_parse_output_format(output, &json) ||
-        (repair && !tool_parse_choice("-r", repair, fixes, &fix)) ||
+        !tool_parse_choice("-r", repair, fixes, &fix) ||
         !tool_expect_args("check", argc, 1, "one image")) {
         return TOOL_EXIT_FAILURE;
     }

@@ -347,17 +347,10 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
 int cmd_convert(int argc, char **argv)
 {
     ConvertOptions o = { 0 };
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
     g_autoptr(GHashTable) create_opts = NULL;
-    g_autoptr(GHashTable) src_user_opts = NULL;
-    g_autoptr(GHashTable) dst_user_opts = NULL;
-    g_autoptr(GHashTable) src_open_opts = NULL;
-    g_autoptr(GHashTable) dst_open_opts = NULL;
-    g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
-                                                           g_str_equal,
-                                                           g_free, g_free);
+    g_auto(ToolNodeOpts) nodes = tool_node_opts_init();
     g_autoptr(GError) err = NULL;
     ConvertCreated created = { 0 };
     MirrorParams p;
@@ -410,20 +403,15 @@ int cmd_convert(int argc, char **argv)
           "print nothing on success", NULL },
         { NULL },
     };
-
-    ctx = g_option_context_new("SRC DST");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Copy the image SRC to DST, like qemu-img convert, keeping holes\n"
-        "and turning zero runs into holes.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "and turning zero runs into holes.";
+
+    if (!tool_parse_options("SRC DST", summary, entries, &argc, &argv) ||
         !tool_expect_args("convert", argc, 2, "a source and a target") ||
         !convert_parse(&o, &p, &src_flags, &dst_flags, &create_opts,
-                       nbd_opts) ||
-        !tool_parse_open_options("--source-opts", o.src_opts,
-                                 &src_user_opts) ||
-        !tool_parse_open_options("--target-opts", o.dst_opts,
-                                 &dst_user_opts)) {
+                       nodes.nbd) ||
+        !tool_node_opts_parse(&nodes, o.src_opts, o.dst_opts)) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -432,10 +420,9 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
-    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
-    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
+    tool_node_opts_resolve(&nodes, argv[1], argv[2]);
     src = tool_open_image("source", argv[1], o.src_format, src_flags,
-                          src_open_opts);
+                          nodes.src_open);
     if (!src) {
         ret = TOOL_EXIT_USAGE;
         goto out;
@@ -446,7 +433,7 @@ int cmd_convert(int argc, char **argv)
         !convert_check_job(src, &p) ||
         (!o.no_create &&
          !convert_check_target_opts(o.dst_format ? o.dst_format : "raw",
-                                    argv[2], dst_user_opts))) {
+                                    argv[2], nodes.dst_user))) {
         ret = TOOL_EXIT_USAGE;
         goto out;
     }
@@ -454,7 +441,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              dst_open_opts, &created, &ret);
+                              nodes.dst_open, &created, &ret);
     if (!dst) {
         /* A signal that cut a connect short: its exit code. */
         if (runner.signal) {

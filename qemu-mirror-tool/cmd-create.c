@@ -64,7 +64,6 @@ int cmd_create(int argc, char **argv)
     g_autofree char *format = NULL;
     g_autofree char *options = NULL;
     g_autofree char *desc = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(GHashTable) opts = NULL;
     g_autoptr(GError) err = NULL;
     gboolean quiet = FALSE;
@@ -83,14 +82,12 @@ int cmd_create(int argc, char **argv)
           "print nothing on success", NULL },
         { NULL },
     };
-
-    ctx = g_option_context_new("IMG [SIZE]");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Create the image IMG of SIZE bytes (suffixes K, M, G, T allowed).\n"
         "A qcow2 image with a backing file may leave SIZE out: it gets the\n"
-        "backing file's size.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv)) {
+        "backing file's size.";
+
+    if (!tool_parse_options("IMG [SIZE]", summary, entries, &argc, &argv)) {
         return TOOL_EXIT_USAGE;
     }
     if (argc != 2 && argc != 3) {

@@ -167,7 +167,6 @@ int cmd_qmp(int argc, char **argv)
 {
     g_autofree char *event = NULL;
     g_autofree char *timeout = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(GError) err = NULL;
     g_autofree char *request = NULL;
     QmpConn c = { .fd = -1 };
@@ -181,13 +180,12 @@ int cmd_qmp(int argc, char **argv)
           "give up after SECS seconds (default 60)", "SECS" },
         { NULL },
     };
-
-    ctx = g_option_context_new("PATH [COMMAND ['ARGUMENTS-JSON']]");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Send one QMP command to `mirror-tool start --qmp PATH` and print\n"
-        "its return value as JSON; or wait for an event.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv)) {
+        "its return value as JSON; or wait for an event.";
+
+    if (!tool_parse_options("PATH [COMMAND ['ARGUMENTS-JSON']]", summary,
+                            entries, &argc, &argv)) {
         return TOOL_EXIT_USAGE;
     }
     if (argc < 2 || argc > 4 || (argc == 2 && !event)) {

@@ -77,7 +77,6 @@ int cmd_serve(int argc, char **argv)
     g_autoptr(GHashTable) user_opts = NULL;
     g_autoptr(GHashTable) opts = NULL;
     g_auto(ToolExportLimits) lim = { 0 };
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     gboolean read_only = FALSE;
@@ -85,44 +84,23 @@ int cmd_serve(int argc, char **argv)
     NbdServer *srv;
     guint sigint, sigterm, sighup;
     GOptionEntry entries[] = {
-        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
-          "image format (default: probe)", "FMT" },
-        { "open-opts", 0, 0, G_OPTION_ARG_STRING, &open_opts,
-          "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)",
-          "OPTS" },
+        TOOL_IMAGE_ENTRIES(&format, &open_opts),
         { "export-name", 'x', 0, G_OPTION_ARG_STRING, &export_name,
           "export name (default: \"\", the default export)", "NAME" },
         { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
           "open the image read-only and refuse writes", NULL },
-        { "shared", 'e', 0, G_OPTION_ARG_STRING, &lim.shared,
-          "serve at most N connections at once, 1..1024 (default 16)",
-          "N" },
-        { "payload-timeout", 0, 0, G_OPTION_ARG_STRING, &lim.payload_timeout,
-          "drop a client whose WRITE payload has not arrived SECONDS "
-          "after its header, 0..86400, 0: never (default 30)", "SECONDS" },
-        { "handshake-limit", 0, 0, G_OPTION_ARG_STRING, &lim.handshake_limit,
-          "drop a client that has not finished the handshake SECONDS "
-          "after connecting, 0..86400, 0: never (default 10)", "SECONDS" },
-        { "reply-timeout", 0, 0, G_OPTION_ARG_STRING, &lim.reply_timeout,
-          "drop a client whose unsent replies make no progress for SECONDS, "
-          "0..86400, 0: never (default 30)", "SECONDS" },
-        { "budget", 0, 0, G_OPTION_ARG_STRING, &lim.budget,
-          "bytes of request buffers and unsent replies over all clients, "
-          "at least --shared x 33M, at most 1T (default: 1G, or --shared x "
-          "33M if more)", "SIZE" },
+        TOOL_EXPORT_LIMITS_ENTRIES(&lim, "", 'e'),
         TOOL_THREADS_ENTRY,
         { NULL },
     };
-
-    ctx = g_option_context_new("ADDR IMG");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Export an image over NBD until SIGINT, SIGTERM or SIGHUP.\n\n"
         "ADDR is unix:PATH or tcp:HOST:PORT (PORT 0 picks a free port).\n"
         "Once listening, \"serving on ADDR\" is printed on stdout.\n"
         "A client that stops reading or sending stalls only itself: see\n"
-        "docs/security.md for the limits.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "docs/security.md for the limits.";
+
+    if (!tool_parse_options("ADDR IMG", summary, entries, &argc, &argv) ||
         !tool_expect_args("serve", argc, 2, "an address and an image") ||
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return TOOL_EXIT_USAGE;

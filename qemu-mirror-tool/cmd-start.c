@@ -90,37 +90,31 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
                         int64_t *stall_warning, GHashTable *nbd_opts)
 {
     g_autoptr(GError) err = NULL;
-    int choice;
-    int64_t v;
+    int sync, on_source, on_target, copy_mode;
+    int64_t in_flight, passes;
 
     mirror_params_init(p);
+    in_flight = p->max_in_flight;
+    passes = p->auto_converge_passes;
     p->target_is_zero = o->target_is_zero;
     p->auto_complete = !o->qmp;
     if (!tool_check_format("-f", o->src_format) ||
         !tool_check_format("-O", o->dst_format)) {
         return false;
     }
-    if (o->sync) {
-        if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names,
-                               &choice)) {
-            return false;
-        }
-        p->sync = choice;
+    sync = p->sync;
+    on_source = p->on_source_error;
+    on_target = p->on_target_error;
+    if (!tool_parse_choice("--sync", o->sync, qmp_sync_mode_names, &sync) ||
+        !tool_parse_choice("--on-source-error", o->on_source_error,
+                           qmp_on_error_names, &on_source) ||
+        !tool_parse_choice("--on-target-error", o->on_target_error,
+                           qmp_on_error_names, &on_target)) {
+        return false;
     }
-    if (o->on_source_error) {
-        if (!tool_parse_choice("--on-source-error", o->on_source_error,
-                               qmp_on_error_names, &choice)) {
-            return false;
-        }
-        p->on_source_error = choice;
-    }
-    if (o->on_target_error) {
-        if (!tool_parse_choice("--on-target-error", o->on_target_error,
-                               qmp_on_error_names, &choice)) {
-            return false;
-        }
-        p->on_target_error = choice;
-    }
+    p->sync = sync;
+    p->on_source_error = on_source;
+    p->on_target_error = on_target;
     if (!start_check_pausing(o, "--on-source-error", o->on_source_error,
                              p->on_source_error) ||
         !start_check_pausing(o, "--on-target-error", o->on_target_error,
@@ -131,40 +125,27 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         tool_error("--job-id '': must not be empty");
         return false;
     }
-    if (o->copy_mode) {
-        if (!tool_parse_choice("--copy-mode", o->copy_mode,
-                               qmp_copy_mode_names, &choice)) {
-            return false;
-        }
-        p->copy_mode = choice;
+    copy_mode = p->copy_mode;
+    if (!tool_parse_choice("--copy-mode", o->copy_mode, qmp_copy_mode_names,
+                           &copy_mode)) {
+        return false;
     }
-    if (o->granularity) {
-        if (!parse_size_range("--granularity", o->granularity,
-                              MIRROR_MIN_GRANULARITY, MIRROR_MAX_GRANULARITY,
-                              true, &v, &err)) {
-            goto out_err;
-        }
-        p->granularity = v;
-    }
-    if (!tool_parse_engine_options(o->chunk_size, o->buf_size,
-                                   o->connections, p, nbd_opts, &err)) {
+    p->copy_mode = copy_mode;
+    /* Any --speed is valid: job_check_speed(), the rule QMP uses. */
+    if ((o->granularity &&
+         !parse_size_range("--granularity", o->granularity,
+                           MIRROR_MIN_GRANULARITY, MIRROR_MAX_GRANULARITY,
+                           true, &p->granularity, &err)) ||
+        !tool_parse_engine_options(o->chunk_size, o->buf_size,
+                                   o->connections, p, nbd_opts, &err) ||
+        (o->max_in_flight &&
+         !parse_count("--max-in-flight", o->max_in_flight, 1,
+                      MIRROR_MAX_IN_FLIGHT_LIMIT, &in_flight, &err)) ||
+        (o->speed && (!parse_size("--speed", o->speed, &p->speed, &err) ||
+                      !job_check_speed(p->speed, &err)))) {
         goto out_err;
     }
-    if (o->max_in_flight) {
-        if (!parse_count("--max-in-flight", o->max_in_flight, 1,
-                         MIRROR_MAX_IN_FLIGHT_LIMIT, &v, &err)) {
-            goto out_err;
-        }
-        p->max_in_flight = v;
-    }
-    if (o->speed) {
-        /* Any size is valid: job_check_speed(), the rule QMP uses. */
-        if (!parse_size("--speed", o->speed, &v, &err) ||
-            !job_check_speed(v, &err)) {
-            goto out_err;
-        }
-        p->speed = v;
-    }
+    p->max_in_flight = in_flight;
     if (!o->connections && o->export_addr) {
         /*
          * Live: guests share the main loop and the CPUs with the copy.
@@ -176,21 +157,16 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
                             g_strdup("1"));
     }
     p->auto_converge = o->auto_converge;
-    if (o->converge_after) {
-        /* The ranges are mirror_check_converge_*()'s, as in QMP. */
-        if (!parse_count("--auto-converge-after", o->converge_after, 1,
-                         MIRROR_CONVERGE_MAX_MS, &v, &err)) {
-            goto out_err;
-        }
-        p->auto_converge_ms = v;
+    /* The ranges are mirror_check_converge_*()'s, as in QMP. */
+    if ((o->converge_after &&
+         !parse_count("--auto-converge-after", o->converge_after, 1,
+                      MIRROR_CONVERGE_MAX_MS, &p->auto_converge_ms, &err)) ||
+        (o->converge_passes &&
+         !parse_count("--auto-converge-passes", o->converge_passes, 0,
+                      MIRROR_CONVERGE_MAX_PASSES, &passes, &err))) {
+        goto out_err;
     }
-    if (o->converge_passes) {
-        if (!parse_count("--auto-converge-passes", o->converge_passes, 0,
-                         MIRROR_CONVERGE_MAX_PASSES, &v, &err)) {
-            goto out_err;
-        }
-        p->auto_converge_passes = v;
-    }
+    p->auto_converge_passes = passes;
     if ((o->converge_after || o->converge_passes) && !o->auto_converge) {
         tool_error("--auto-converge-after and --auto-converge-passes need "
                    "--auto-converge");
@@ -205,12 +181,10 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
         return false;
     }
     *stall_warning = JOB_RUNNER_STALL_WARNING_S;
-    if (o->stall_warning) {
-        if (!parse_count("--stall-warning", o->stall_warning, 0, 86400,
-                         &v, &err)) {
-            goto out_err;
-        }
-        *stall_warning = v;
+    if (o->stall_warning &&
+        !parse_count("--stall-warning", o->stall_warning, 0, 86400,
+                     stall_warning, &err)) {
+        goto out_err;
     }
     return true;
 
@@ -330,16 +304,9 @@ static int start_export_stop(NbdServer *export, BlockDriverState *top,
 int cmd_start(int argc, char **argv)
 {
     StartOptions o = { 0 };
-    g_autoptr(GOptionContext) ctx = NULL;
     g_autoptr(BlockDriverState) src = NULL;
     g_autoptr(BlockDriverState) dst = NULL;
-    g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(g_str_hash,
-                                                           g_str_equal,
-                                                           g_free, g_free);
-    g_autoptr(GHashTable) src_user_opts = NULL;
-    g_autoptr(GHashTable) dst_user_opts = NULL;
-    g_autoptr(GHashTable) src_open_opts = NULL;
-    g_autoptr(GHashTable) dst_open_opts = NULL;
+    g_auto(ToolNodeOpts) nodes = tool_node_opts_init();
     g_autoptr(GError) err = NULL;
     QmpServer *qmp = NULL;
     BlockDriverState *top = NULL;
@@ -416,28 +383,7 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
-        { "export-shared", 0, 0, G_OPTION_ARG_STRING, &export_lim.shared,
-          "the export serves at most N connections at once, 1..1024 "
-          "(default 16)", "N" },
-        { "export-payload-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.payload_timeout,
-          "the export drops a client whose WRITE payload has not arrived "
-          "SECONDS after its header, 0..86400, 0: never (default 30)",
-          "SECONDS" },
-        { "export-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.handshake_limit,
-          "the export drops a client that has not finished the handshake "
-          "SECONDS after connecting, 0..86400, 0: never (default 10)",
-          "SECONDS" },
-        { "export-reply-timeout", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.reply_timeout,
-          "the export drops a client whose unsent replies make no progress "
-          "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" },
-        { "export-budget", 0, 0, G_OPTION_ARG_STRING,
-          &export_lim.budget,
-          "bytes of request buffers and unsent replies of the export over "
-          "all clients, at least --export-shared x 33M, at most 1T "
-          "(default: 1G, or --export-shared x 33M if more)", "SIZE" },
+        TOOL_EXPORT_LIMITS_ENTRIES(&export_lim, "export-", 0),
         { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
           "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &qmp_max_output_str,
@@ -462,20 +408,15 @@ int cmd_start(int argc, char **argv)
           "print every event as a JSON line on stdout", NULL },
         { NULL },
     };
-
-    ctx = g_option_context_new("SRC DST");
-    g_option_context_set_summary(ctx,
+    static const char summary[] =
         "Mirror SRC onto DST, an existing image of the same size, and keep\n"
         "it in sync: without --qmp until READY, then complete; with --qmp\n"
-        "until block-job-complete or block-job-cancel arrives.");
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+        "until block-job-complete or block-job-cancel arrives.";
+
+    if (!tool_parse_options("SRC DST", summary, entries, &argc, &argv) ||
         !tool_expect_args("start", argc, 2, "a source and a target") ||
-        !start_parse(&o, &p, &stall_warning, nbd_opts) ||
-        !tool_parse_open_options("--source-opts", o.src_opts,
-                                 &src_user_opts) ||
-        !tool_parse_open_options("--target-opts", o.dst_opts,
-                                 &dst_user_opts) ||
+        !start_parse(&o, &p, &stall_warning, nodes.nbd) ||
+        !tool_node_opts_parse(&nodes, o.src_opts, o.dst_opts) ||
         !start_check_paths(&o, argv[1], argv[2])) {
         goto out;
     }
@@ -524,15 +465,14 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* Guests write to the source through the export. */
-    src_open_opts = tool_open_options(argv[1], nbd_opts, src_user_opts);
-    dst_open_opts = tool_open_options(argv[2], nbd_opts, dst_user_opts);
+    tool_node_opts_resolve(&nodes, argv[1], argv[2]);
     src = tool_open_image("source", argv[1], o.src_format,
-                          o.export_addr ? BDRV_O_RDWR : 0, src_open_opts);
+                          o.export_addr ? BDRV_O_RDWR : 0, nodes.src_open);
     if (!src || !tool_check_target_chain(src, argv[2])) {
         goto out;
     }
     dst = tool_open_image("target", argv[2], o.dst_format,
-                          BDRV_O_RDWR | BDRV_O_NO_PROBE, dst_open_opts);
+                          BDRV_O_RDWR | BDRV_O_NO_PROBE, nodes.dst_open);
     if (!dst) {
         goto out;
     }

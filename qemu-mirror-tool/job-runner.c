@@ -411,21 +411,11 @@ void job_runner_print_summary(JobRunner *r, FILE *out)
 void job_runner_destroy(JobRunner *r)
 {
     nbdblk_set_interrupt_func(NULL, NULL);
-    if (r->progress_timer) {
-        g_source_remove(r->progress_timer);
-    }
-    if (r->sigint_source) {
-        g_source_remove(r->sigint_source);
-    }
-    if (r->sigterm_source) {
-        g_source_remove(r->sigterm_source);
-    }
-    if (r->sighup_source) {
-        g_source_remove(r->sighup_source);
-    }
-    if (r->stall_timer) {
-        g_source_remove(r->stall_timer);
-    }
+    g_clear_handle_id(&r->progress_timer, g_source_remove);
+    g_clear_handle_id(&r->sigint_source, g_source_remove);
+    g_clear_handle_id(&r->sigterm_source, g_source_remove);
+    g_clear_handle_id(&r->sighup_source, g_source_remove);
+    g_clear_handle_id(&r->stall_timer, g_source_remove);
     g_string_free(r->line, TRUE);
     job_unref(r->job);
     r->job = NULL;

@@ -281,100 +281,46 @@ static JsonNode *qmp_block_job_cancel(JsonObject *args, void *opaque,
     return NULL;
 }
 
-static JsonNode *qmp_block_job_pause(JsonObject *args, void *opaque,
-                                     GError **errp)
-{
-    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
+/*
+ * A command that applies one verb to the job, named by "device"
+ * (block-job-*, QEMU's older names) or by "id" (job-*).
+ */
+struct QmpJobVerb {
+    const char *name;
+    bool by_device;
+    bool (*apply)(Job *job, GError **errp);
+};
 
-    if (job) {
-        job_user_pause(job, errp);
-    }
-    return NULL;
+/* job-cancel: QEMU's job-cancel always forces. */
+static bool qmp_job_force_cancel(Job *job, GError **errp)
+{
+    return job_user_cancel(job, true, errp);
 }
 
-static JsonNode *qmp_block_job_resume(JsonObject *args, void *opaque,
-                                      GError **errp)
+static const QmpJobVerb qmp_job_verbs[] = {
+    { "block-job-pause", true, job_user_pause },
+    { "block-job-resume", true, job_user_resume },
+    { "block-job-complete", true, job_complete },
+    { "block-job-finalize", false, job_finalize },
+    { "block-job-dismiss", false, job_dismiss },
+    { "job-pause", false, job_user_pause },
+    { "job-resume", false, job_user_resume },
+    { "job-cancel", false, qmp_job_force_cancel },
+    { "job-complete", false, job_complete },
+    { "job-finalize", false, job_finalize },
+    { "job-dismiss", false, job_dismiss },
+};
+G_STATIC_ASSERT(G_N_ELEMENTS(qmp_job_verbs) == QMP_JOB_VERB_COMMANDS);
+
+static JsonNode *qmp_job_verb(JsonObject *args, void *opaque, GError **errp)
 {
-    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
+    QmpJobVerbCall *call = opaque;
+    Job *job = call->verb->by_device
+        ? qmp_job_by_device(call->host, args, device_only, errp)
+        : qmp_job_by_id(call->host, args, errp);
 
     if (job) {
-        job_user_resume(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_block_job_complete(JsonObject *args, void *opaque,
-                                        GError **errp)
-{
-    Job *job = qmp_job_by_device(opaque, args, device_only, errp);
-
-    if (job) {
-        job_complete(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_pause(JsonObject *args, void *opaque, GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_user_pause(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_resume(JsonObject *args, void *opaque,
-                                GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_user_resume(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_cancel(JsonObject *args, void *opaque,
-                                GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_user_cancel(job, true, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_complete(JsonObject *args, void *opaque,
-                                  GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_complete(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_finalize(JsonObject *args, void *opaque,
-                                  GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_finalize(job, errp);
-    }
-    return NULL;
-}
-
-static JsonNode *qmp_job_dismiss(JsonObject *args, void *opaque,
-                                 GError **errp)
-{
-    Job *job = qmp_job_by_id(opaque, args, errp);
-
-    if (job) {
-        job_dismiss(job, errp);
+        call->verb->apply(job, errp);
     }
     return NULL;
 }
@@ -475,22 +421,16 @@ void qmp_job_register(QmpServer *srv, QmpJobHost *host)
         { "query-jobs", qmp_query_jobs },
         { "block-job-set-speed", qmp_block_job_set_speed },
         { "block-job-cancel", qmp_block_job_cancel },
-        { "block-job-pause", qmp_block_job_pause },
-        { "block-job-resume", qmp_block_job_resume },
-        { "block-job-complete", qmp_block_job_complete },
-        { "block-job-finalize", qmp_job_finalize },
-        { "block-job-dismiss", qmp_job_dismiss },
-        { "job-pause", qmp_job_pause },
-        { "job-resume", qmp_job_resume },
-        { "job-cancel", qmp_job_cancel },
-        { "job-complete", qmp_job_complete },
-        { "job-finalize", qmp_job_finalize },
-        { "job-dismiss", qmp_job_dismiss },
         { "block-job-change", qmp_block_job_change },
         { "quit", qmp_quit },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(cmds); i++) {
         qmp_server_register(srv, cmds[i].name, cmds[i].fn, host);
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(qmp_job_verbs); i++) {
+        host->verb_calls[i] = (QmpJobVerbCall) { &qmp_job_verbs[i], host };
+        qmp_server_register(srv, qmp_job_verbs[i].name, qmp_job_verb,
+                            &host->verb_calls[i]);
     }
 }

@@ -23,12 +23,26 @@ extern const char *const qmp_on_error_names[];      /* BlockdevOnError */
 extern const char *const qmp_copy_mode_names[];     /* MirrorCopyMode */
 extern const char *const qmp_error_action_names[];  /* BlockErrorAction */
 
+/* The commands that only apply one verb to the job (job-pause, ...). */
+#define QMP_JOB_VERB_COMMANDS 11
+
+typedef struct QmpJobVerb QmpJobVerb;
+typedef struct QmpJobHost QmpJobHost;
+
+/* The opaque of one of those commands: its verb and host. */
+typedef struct QmpJobVerbCall {
+    const QmpJobVerb *verb;
+    QmpJobHost *host;
+} QmpJobVerbCall;
+
 /* What the commands act on. */
-typedef struct QmpJobHost {
+struct QmpJobHost {
     Job *job;                   /* the job (a reference is held by owner) */
     void (*quit)(void *opaque); /* `quit`: stop the program in order */
     void *opaque;
-} QmpJobHost;
+    /* Set by qmp_job_register(), which the host must outlive. */
+    QmpJobVerbCall verb_calls[QMP_JOB_VERB_COMMANDS];
+};
 
 /* Register the job commands on @srv. */
 void qmp_job_register(QmpServer *srv, QmpJobHost *host);

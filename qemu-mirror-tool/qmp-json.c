@@ -17,6 +17,38 @@
  * strings as they are, invalid UTF-8 included: not JSON.
  */
 
+/*
+ * JSON's two-character escapes: the letter after the backslash and the
+ * character it stands for.  Both directions use this table; "\\/" is
+ * read but '/' is written as it is.
+ */
+static const char qmp_json_escapes[][2] = {
+    { '"', '"' }, { '\\', '\\' }, { 'b', '\b' }, { 'f', '\f' },
+    { 'n', '\n' }, { 'r', '\r' }, { 't', '\t' }, { '/', '/' },
+};
+
+/* The letter that escapes @c on output, or 0 when @c is written as is. */
+static char qmp_json_escape_letter(unsigned char c)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(qmp_json_escapes); i++) {
+        if (qmp_json_escapes[i][1] == c && c != '/') {
+            return qmp_json_escapes[i][0];
+        }
+    }
+    return 0;
+}
+
+/* The character that the escape "\\@letter" stands for, or 0. */
+static char qmp_json_escape_char(unsigned char letter)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(qmp_json_escapes); i++) {
+        if (qmp_json_escapes[i][0] == letter) {
+            return qmp_json_escapes[i][1];
+        }
+    }
+    return 0;
+}
+
 static void qmp_json_write_string(GString *out, const char *str)
 {
     g_autofree char *valid = g_utf8_make_valid(str, -1);
@@ -24,35 +56,15 @@ static void qmp_json_write_string(GString *out, const char *str)
     g_string_append_c(out, '"');
     for (const char *p = valid; *p; p++) {
         unsigned char c = *p;
+        char letter = qmp_json_escape_letter(c);
 
-        switch (c) {
-        case '"':
-            g_string_append(out, "\\\"");
-            break;
-        case '\\':
-            g_string_append(out, "\\\\");
-            break;
-        case '\b':
-            g_string_append(out, "\\b");
-            break;
-        case '\f':
-            g_string_append(out, "\\f");
-            break;
-        case '\n':
-            g_string_append(out, "\\n");
-            break;
-        case '\r':
-            g_string_append(out, "\\r");
-            break;
-        case '\t':
-            g_string_append(out, "\\t");
-            break;
-        default:
-            if (c < 0x20) {
-                g_string_append_printf(out, "\\u%04x", c);
-            } else {
-                g_string_append_c(out, c);
-            }
+        if (letter) {
+            g_string_append_c(out, '\\');
+            g_string_append_c(out, letter);
+        } else if (c < 0x20) {
+            g_string_append_printf(out, "\\u%04x", c);
+        } else {
+            g_string_append_c(out, c);
         }
     }
     g_string_append_c(out, '"');
@@ -265,27 +277,11 @@ static char *qmp_json_string(QmpJsonParser *p, GError **errp)
         }
         c = p->s[p->pos + 1];
         p->pos += 2;
+        if (qmp_json_escape_char(c)) {
+            g_string_append_c(out, qmp_json_escape_char(c));
+            continue;
+        }
         switch (c) {
-        case '"':
-        case '\\':
-        case '/':
-            g_string_append_c(out, c);
-            break;
-        case 'b':
-            g_string_append_c(out, '\b');
-            break;
-        case 'f':
-            g_string_append_c(out, '\f');
-            break;
-        case 'n':
-            g_string_append_c(out, '\n');
-            break;
-        case 'r':
-            g_string_append_c(out, '\r');
-            break;
-        case 't':
-            g_string_append_c(out, '\t');
-            break;
         case 'u': {
             int cp = p->pos + 4 <= p->len ? qmp_json_hex4(p->s + p->pos)
                                           : -1;

@@ -710,15 +710,9 @@ void qmp_server_free(QmpServer *srv)
     while (srv->clients) {
         qmp_client_free(srv->clients->data);
     }
-    if (srv->idle) {
-        g_source_remove(srv->idle);
-    }
-    if (srv->watch) {
-        g_source_remove(srv->watch);
-    }
-    if (srv->backoff) {
-        g_source_remove(srv->backoff);
-    }
+    g_clear_handle_id(&srv->idle, g_source_remove);
+    g_clear_handle_id(&srv->watch, g_source_remove);
+    g_clear_handle_id(&srv->backoff, g_source_remove);
     socket_unix_listener_close(&srv->listener);
     g_hash_table_unref(srv->commands);
     g_free(srv);
@@ -869,17 +863,16 @@ bool qmp_check_args(JsonObject *args, const char *const *allowed,
 }
 
 /*
- * Argument @name of @args, of JSON type @type (@type_name in the error):
- * true with *@node set, or NULL when it is absent and not @required;
- * false with @errp set when it is missing or of another type.
+ * Argument @name of @args, of JSON type @type (G_TYPE_STRING, G_TYPE_INT64
+ * or G_TYPE_BOOLEAN) into *@out (a const char *, int64_t or bool): true
+ * with *@out set, or untouched when it is absent and not @required; false
+ * with @errp set when it is missing or of another type.
  */
 static bool qmp_arg(JsonObject *args, const char *name, bool required,
-                    GType type, const char *type_name, JsonNode **node,
-                    GError **errp)
+                    GType type, void *out, GError **errp)
 {
     JsonNode *n = json_object_get_member(args, name);
 
-    *node = NULL;
     if (!n) {
         if (required) {
             g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
@@ -891,42 +884,34 @@ static bool qmp_arg(JsonObject *args, const char *name, bool required,
     if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != type) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
                     "Invalid parameter type for '%s', expected: %s", name,
-                    type_name);
+                    type == G_TYPE_STRING ? "string" :
+                    type == G_TYPE_INT64 ? "integer" : "boolean");
         return false;
     }
-    *node = n;
+    if (type == G_TYPE_STRING) {
+        *(const char **)out = json_node_get_string(n);
+    } else if (type == G_TYPE_INT64) {
+        *(int64_t *)out = json_node_get_int(n);
+    } else {
+        *(bool *)out = json_node_get_boolean(n);
+    }
     return true;
 }
 
 bool qmp_arg_str(JsonObject *args, const char *name, bool required,
                  const char **out, GError **errp)
 {
-    JsonNode *n;
-    bool ok = qmp_arg(args, name, required, G_TYPE_STRING, "string", &n,
-                      errp);
-
-    *out = n ? json_node_get_string(n) : *out;
-    return ok;
+    return qmp_arg(args, name, required, G_TYPE_STRING, out, errp);
 }
 
 bool qmp_arg_int(JsonObject *args, const char *name, bool required,
                  int64_t *out, GError **errp)
 {
-    JsonNode *n;
-    bool ok = qmp_arg(args, name, required, G_TYPE_INT64, "integer", &n,
-                      errp);
-
-    *out = n ? json_node_get_int(n) : *out;
-    return ok;
+    return qmp_arg(args, name, required, G_TYPE_INT64, out, errp);
 }
 
 bool qmp_arg_bool(JsonObject *args, const char *name, bool required,
                   bool *out, GError **errp)
 {
-    JsonNode *n;
-    bool ok = qmp_arg(args, name, required, G_TYPE_BOOLEAN, "boolean", &n,
-                      errp);
-
-    *out = n ? json_node_get_boolean(n) : *out;
-    return ok;
+    return qmp_arg(args, name, required, G_TYPE_BOOLEAN, out, errp);
 }

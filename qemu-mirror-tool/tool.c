@@ -27,9 +27,14 @@ void tool_error(const char *fmt, ...)
     fprintf(stderr, "mirror-tool: %s\n", msg);
 }
 
-bool tool_parse_options(GOptionContext *ctx, int *argc, char ***argv)
+bool tool_parse_options(const char *params, const char *summary,
+                        GOptionEntry *entries, int *argc, char ***argv)
 {
+    g_autoptr(GOptionContext) ctx = g_option_context_new(params);
     g_autoptr(GError) err = NULL;
+
+    g_option_context_set_summary(ctx, summary);
+    g_option_context_add_main_entries(ctx, entries, NULL);
 
     if (!g_option_context_parse(ctx, argc, argv, &err)) {
         tool_error("%s (try '%s --help')", err->message, (*argv)[0]);
@@ -123,24 +128,16 @@ BlockDriverState *tool_open_one_image(const char *command,
     g_autofree char *open_opts = NULL;
     g_autoptr(GHashTable) user_opts = NULL;
     g_autoptr(GHashTable) opts = NULL;
-    g_autoptr(GOptionContext) ctx = NULL;
     BlockDriverState *bs;
     GOptionEntry entries[] = {
-        { "format", 'f', 0, G_OPTION_ARG_STRING, &format,
-          "image format (default: probe)", "FMT" },
-        { "open-opts", 0, 0, G_OPTION_ARG_STRING, &open_opts,
-          "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)",
-          "OPTS" },
+        TOOL_IMAGE_ENTRIES(&format, &open_opts),
         { "output", 0, 0, G_OPTION_ARG_STRING, &output,
           "output format: human (default) or json", "FMT" },
         { NULL },
     };
 
     *exit_code = TOOL_EXIT_USAGE;
-    ctx = g_option_context_new("IMG");
-    g_option_context_set_summary(ctx, summary);
-    g_option_context_add_main_entries(ctx, entries, NULL);
-    if (!tool_parse_options(ctx, &argc, &argv) ||
+    if (!tool_parse_options("IMG", summary, entries, &argc, &argv) ||
         !tool_parse_output_format(output, json) ||
         !tool_expect_args(command, argc, 1, "one image") ||
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
@@ -163,6 +160,9 @@ bool tool_parse_choice(const char *opt, const char *value,
     g_autoptr(GString) list = g_string_new(NULL);
     int n = g_strv_length((char **)choices);
 
+    if (!value) {
+        return true;
+    }
     for (int i = 0; i < n; i++) {
         if (!strcmp(value, choices[i])) {
             *index = i;
@@ -248,6 +248,37 @@ bool tool_parse_open_options(const char *opt, const char *str,
     *options = tool_parse_kv_options(opt, str);
     return *options != NULL;
 }
+
+ToolNodeOpts tool_node_opts_init(void)
+{
+    return (ToolNodeOpts) {
+        .nbd = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                     g_free),
+    };
+}
+
+bool tool_node_opts_parse(ToolNodeOpts *n, const char *src, const char *dst)
+{
+    return tool_parse_open_options("--source-opts", src, &n->src_user) &&
+           tool_parse_open_options("--target-opts", dst, &n->dst_user);
+}
+
+void tool_node_opts_resolve(ToolNodeOpts *n, const char *src_spec,
+                            const char *dst_spec)
+{
+    n->src_open = tool_open_options(src_spec, n->nbd, n->src_user);
+    n->dst_open = tool_open_options(dst_spec, n->nbd, n->dst_user);
+}
+
+void tool_node_opts_clear(ToolNodeOpts *n)
+{
+    g_clear_pointer(&n->nbd, g_hash_table_unref);
+    g_clear_pointer(&n->src_user, g_hash_table_unref);
+    g_clear_pointer(&n->dst_user, g_hash_table_unref);
+    g_clear_pointer(&n->src_open, g_hash_table_unref);
+    g_clear_pointer(&n->dst_open, g_hash_table_unref);
+}
+
 bool tool_parse_engine_options(const char *chunk_size, const char *buf_size,
                                const char *connections, MirrorParams *p,
                                GHashTable *nbd_opts, GError **errp)

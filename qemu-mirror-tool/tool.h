@@ -39,10 +39,13 @@ typedef int ToolCommandFunc(int argc, char **argv);
 void tool_error(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
 
 /*
- * Parse @argv with @ctx.  On failure print the error and a hint to use
- * --help, and return false (the caller exits with TOOL_EXIT_USAGE).
+ * Parse @argv with the options @entries (NULL-terminated) of a command
+ * whose --help shows "Usage: ... [OPTION...] @params" and @summary.  On
+ * failure print the error and a hint to use --help, and return false (the
+ * caller exits with TOOL_EXIT_USAGE).
  */
-bool tool_parse_options(GOptionContext *ctx, int *argc, char ***argv);
+bool tool_parse_options(const char *params, const char *summary,
+                        GOptionEntry *entries, int *argc, char ***argv);
 
 /*
  * Check that exactly @n positional arguments are left (argv[1..n]);
@@ -85,6 +88,7 @@ BlockDriverState *tool_open_one_image(const char *command,
 /*
  * Parse @value as one of @choices (NULL-terminated) into *@index;
  * otherwise print "OPT 'value': expected a, b or c" and return false.
+ * A NULL @value (the option was not given) leaves *@index as it is.
  */
 bool tool_parse_choice(const char *opt, const char *value,
                        const char *const *choices, int *index);
@@ -120,12 +124,56 @@ GHashTable *tool_open_options(const char *spec, GHashTable *nbd_opts,
       "OPTS" }
 
 /*
+ * -f/--format and --open-opts of a command that serves or reads one image
+ * IMG (serve, info, map), into the strings @format and @open_opts.
+ */
+#define TOOL_IMAGE_ENTRIES(format, open_opts) \
+    { "format", 'f', 0, G_OPTION_ARG_STRING, (format), \
+      "image format (default: probe)", "FMT" }, \
+    { "open-opts", 0, 0, G_OPTION_ARG_STRING, (open_opts), \
+      "node options of IMG, e.g. l2-cache-size=1M (see docs: IMAGES)", \
+      "OPTS" }
+
+/*
  * Parse the node options @str of option @opt ("--source-opts") into a new
  * table; NULL (no options) when @str is NULL.  False with a message on a
  * malformed pair.
  */
 bool tool_parse_open_options(const char *opt, const char *str,
                              GHashTable **options);
+
+/*
+ * The node options of the two images of convert and start: the NBD
+ * options of the copy engine (--connections, see
+ * tool_parse_engine_options()), --source-opts and --target-opts as typed,
+ * and the open options of each image made from them.
+ */
+typedef struct ToolNodeOpts {
+    GHashTable *nbd;
+    GHashTable *src_user;       /* NULL: none given */
+    GHashTable *dst_user;
+    GHashTable *src_open;       /* set by tool_node_opts_resolve() */
+    GHashTable *dst_open;
+} ToolNodeOpts;
+
+/* A new ToolNodeOpts with an empty @nbd table and nothing else. */
+ToolNodeOpts tool_node_opts_init(void);
+
+/*
+ * Parse --source-opts @src and --target-opts @dst (NULL: not given) into
+ * @n; false with a message on a malformed pair.
+ */
+bool tool_node_opts_parse(ToolNodeOpts *n, const char *src,
+                          const char *dst);
+
+/* The open options of the source @src_spec and the target @dst_spec
+ * (tool_open_options()). */
+void tool_node_opts_resolve(ToolNodeOpts *n, const char *src_spec,
+                            const char *dst_spec);
+
+/* Free @n's tables (g_auto(ToolNodeOpts) calls it). */
+void tool_node_opts_clear(ToolNodeOpts *n);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolNodeOpts, tool_node_opts_clear)
 
 /*
  * Refuse a @target that is one of the files the opened @src reads: the
@@ -193,6 +241,35 @@ typedef struct ToolExportLimits {
     char *reply_timeout;
     char *budget;
 } ToolExportLimits;
+
+/*
+ * The options of ToolExportLimits *@l, named @prefix ("" for serve,
+ * "export-" for start) and the rest, @shared_short the short name of the
+ * first (0: none).  @prefix must be a string literal.
+ */
+#define TOOL_EXPORT_LIMITS_ENTRIES(l, prefix, shared_short) \
+    { prefix "shared", (shared_short), 0, G_OPTION_ARG_STRING, \
+      &(l)->shared, \
+      "the export serves at most N connections at once, 1..1024 " \
+      "(default 16)", "N" }, \
+    { prefix "payload-timeout", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->payload_timeout, \
+      "the export drops a client whose WRITE payload has not arrived " \
+      "SECONDS after its header, 0..86400, 0: never (default 30)", \
+      "SECONDS" }, \
+    { prefix "handshake-limit", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->handshake_limit, \
+      "the export drops a client that has not finished the handshake " \
+      "SECONDS after connecting, 0..86400, 0: never (default 10)", \
+      "SECONDS" }, \
+    { prefix "reply-timeout", 0, 0, G_OPTION_ARG_STRING, \
+      &(l)->reply_timeout, \
+      "the export drops a client whose unsent replies make no progress " \
+      "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" }, \
+    { prefix "budget", 0, 0, G_OPTION_ARG_STRING, &(l)->budget, \
+      "bytes of request buffers and unsent replies of the export over " \
+      "all clients, at least --" prefix "shared x 33M, at most 1T " \
+      "(default: 1G, or --" prefix "shared x 33M if more)", "SIZE" }
 
 /*
  * The first option of @l that was given, spelt with @prefix ("--" or

@@ -505,6 +505,19 @@ static void nbdsrv_client_kick(NbdClient *c)
 
 /* ---- connection lifetime ---- */
 
+/* Have the watch *@src of @c on @cond (and hang-ups, errors) call @fn
+ * when @want, and none when not. */
+static void nbdsrv_client_watch(NbdClient *c, GSource **src, bool want,
+                                GIOCondition cond, GUnixFDSourceFunc fn)
+{
+    if (want && !*src) {
+        *src = nbdsrv_fd_watch(c->srv, c->fd, cond | G_IO_HUP | G_IO_ERR,
+                               fn, c);
+    } else if (!want) {
+        nbdsrv_source_clear(src);
+    }
+}
+
 void nbdsrv_client_update(NbdClient *c)
 {
     bool want_in, want_out;
@@ -520,20 +533,10 @@ void nbdsrv_client_update(NbdClient *c)
     want_in = !c->paused && c->rstate != NBDR_STOPPED &&
               !(c->finishing && c->rstate == NBDR_REQ_HEADER);
     want_out = !g_queue_is_empty(&c->out);
-    if (want_in && !c->in_src) {
-        c->in_src = nbdsrv_fd_watch(c->srv, c->fd,
-                                    G_IO_IN | G_IO_HUP | G_IO_ERR,
-                                    nbdsrv_client_readable, c);
-    } else if (!want_in) {
-        nbdsrv_source_clear(&c->in_src);
-    }
-    if (want_out && !c->out_src) {
-        c->out_src = nbdsrv_fd_watch(c->srv, c->fd,
-                                     G_IO_OUT | G_IO_HUP | G_IO_ERR,
-                                     nbdsrv_client_writable, c);
-    } else if (!want_out) {
-        nbdsrv_source_clear(&c->out_src);
-    }
+    nbdsrv_client_watch(c, &c->in_src, want_in, G_IO_IN,
+                        nbdsrv_client_readable);
+    nbdsrv_client_watch(c, &c->out_src, want_out, G_IO_OUT,
+                        nbdsrv_client_writable);
 }
 
 void nbdsrv_client_finish(NbdClient *c)

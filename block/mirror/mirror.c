@@ -28,14 +28,20 @@ static MirrorJob *mirror_job(Job *job)
 
 /* ---- scheduling ---- */
 
+/* The one-shot source *@src of @s fired: forget it and pump. */
+static gboolean mirror_pump_fired(MirrorJob *s, GSource **src)
+{
+    g_source_unref(*src);
+    *src = NULL;
+    mirror_pump(s);
+    return G_SOURCE_REMOVE;
+}
+
 static gboolean mirror_kick_cb(gpointer opaque)
 {
     MirrorJob *s = opaque;
 
-    g_source_unref(s->kick);
-    s->kick = NULL;
-    mirror_pump(s);
-    return G_SOURCE_REMOVE;
+    return mirror_pump_fired(s, &s->kick);
 }
 
 /* Pump later, from the main loop (for calls from outside the job). */
@@ -51,10 +57,7 @@ static gboolean mirror_rate_timer_cb(gpointer opaque)
 {
     MirrorJob *s = opaque;
 
-    g_source_unref(s->rate_timer);
-    s->rate_timer = NULL;
-    mirror_pump(s);
-    return G_SOURCE_REMOVE;
+    return mirror_pump_fired(s, &s->rate_timer);
 }
 
 /* The planner's MirrorPlanOwner.rate_limited: over the speed limit, pump
