@@ -77,7 +77,6 @@ struct NbdBlkReq {
     int64_t status_len;
     bool status_seen;           /* STATUS: base:allocation answered */
     int ret;                    /* 0 or -errno, once known */
-    bool replied;               /* libnbd called back for this issue */
     int64_t issued_ns;          /* when handed to libnbd */
     NbdBlkReq *parent;          /* flush part: the whole flush */
     int parts;                  /* flush: parts not finished yet */

@@ -79,6 +79,15 @@ static void nbdblk_req_done_later(NbdBlkReq *req, int ret)
     nbdblk_done_push(req);
 }
 
+/*
+ * The request this thread is handing to libnbd (nbdblk_send()), and
+ * whether its callback has run in the call: once the callback has queued
+ * it, the request is the main loop's, and the caller must not look at it
+ * again, not even at a field.
+ */
+static __thread NbdBlkReq *nbdblk_sending;
+static __thread bool nbdblk_sending_done;
+
 /* ---- libnbd callbacks: the handle lock is held, no nbd_* calls; on
  * the main loop or a sender thread ---- */
 
@@ -86,8 +95,10 @@ static int nbdblk_cmd_done(void *opaque, int *error)
 {
     NbdBlkReq *req = opaque;
 
+    if (req == nbdblk_sending) {
+        nbdblk_sending_done = true;
+    }
     req->ret = *error ? -*error : 0;
-    req->replied = true;
     nbdblk_conn_set_quiet(req->conn, clock_ns());
     nbdblk_spread_done(req);
     nbdblk_done_push(req);
@@ -169,6 +180,8 @@ void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req)
     };
     int64_t cookie = -1;
 
+    nbdblk_sending = req;
+    nbdblk_sending_done = false;
     switch (req->op) {
     case NBDBLK_OP_READ:
         cookie = nbd_aio_pread(c->h, req->up->buf, req->bytes, req->offset,
@@ -199,13 +212,14 @@ void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req)
         break;
     }
     }
-    if (cookie < 0 && !req->replied) {
+    nbdblk_sending = NULL;
+    if (cookie < 0 && !nbdblk_sending_done) {
         /*
          * Refused before anything was queued: no callback will come.
          * libnbd 1.14 also fails a command it did queue when the kick
          * of its state machine finds the connection dead (a server gone
          * the moment a retried request goes out); then it has called
-         * back already, and the request is on s->done.
+         * back already, in this call, and the request is on s->done.
          */
         int err = nbd_get_errno();
 
@@ -222,7 +236,6 @@ void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req)
 static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
 {
     req->conn = c;
-    req->replied = false;
     req->issued_ns = clock_ns();
     if (nbd_aio_in_flight(c->h) == 0) {
         /* the io-timeout starts */

@@ -72,9 +72,15 @@ static void nbdblk_sender_wait(NbdBlkConn *c)
     if (fds[0].revents & POLLIN) {
         (void)!read(c->send_efd, &v, sizeof(v));
     }
-    if (n == 2 && fds[1].revents) {
-        /* Writable, or an error or hang-up that libnbd finds as it
-         * writes (the connection then dies). */
+    /*
+     * Writable, or an error or hang-up that libnbd finds as it writes
+     * (the connection then dies).  The main loop may have moved libnbd
+     * on meanwhile (read a reply, finished the write): look again; a
+     * notification it does not expect any more is refused (EINVAL) and
+     * changes nothing.
+     */
+    if (n == 2 && fds[1].revents &&
+        (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
         nbd_aio_notify_write(c->h);
         g_main_context_wakeup(c->context);
     }

@@ -170,8 +170,8 @@ static void nbdblk_close(BlockDriverState *bs)
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
-    g_mutex_clear(&s->done_lock);
     nbdblk_drop_requests(s);
+    g_mutex_clear(&s->done_lock);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
     g_free(s->display);
