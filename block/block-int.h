@@ -64,11 +64,13 @@ typedef struct BlockLimits {
     int64_t window_bytes;
 
     /*
-     * Writes copy their data out on the main loop (the NBD client sends
-     * from it when its server is quick, nbd-sender.c), not on a thread of
-     * their own: see BDRV_REQ_USED_ON_LOOP.  Default false.
+     * Writes copy their data out on threads of their own (an NBD node
+     * whose server is latency-bound sends from a thread per connection,
+     * nbd-sender.c), not on the main loop: a read that fills their
+     * buffer on the main loop only holds the loop up (BDRV_REQ_OFF_LOOP).
+     * Default false.
      */
-    bool writes_on_loop;
+    bool writes_off_loop;
 } BlockLimits;
 
 struct BlockDriver {

@@ -705,9 +705,9 @@ int64_t bdrv_get_copy_transfer(BlockDriverState *bs)
     return bs->bl.copy_transfer;
 }
 
-bool bdrv_writes_on_loop(BlockDriverState *bs)
+bool bdrv_writes_off_loop(BlockDriverState *bs)
 {
-    return bs->bl.writes_on_loop;
+    return bs->bl.writes_off_loop;
 }
 
 int64_t bdrv_get_opt_transfer(BlockDriverState *bs)

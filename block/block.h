@@ -56,11 +56,10 @@ typedef enum BdrvRequestFlags {
                                  * whole clusters (the last may end at the
                                  * image end); sent to the driver unsplit;
                                  * -ENOTSUP where unsupported */
-    BDRV_REQ_USED_ON_LOOP = 0x10, /* read: the main loop copies the data
-                                 * next (sends it on a socket): a driver
-                                 * whose reads are memory copies may make
-                                 * this one there (run_here), and leave
-                                 * the data in that CPU's cache */
+    BDRV_REQ_OFF_LOOP    = 0x10, /* read: the data is used next on
+                                 * another thread (an NBD sender): a
+                                 * driver must not make the read on the
+                                 * main loop (run_here) */
 } BdrvRequestFlags;
 
 /* Block status of an extent (BlockExtent.flags) */
@@ -266,11 +265,12 @@ int64_t bdrv_get_copy_transfer(BlockDriverState *bs);
 int64_t bdrv_get_opt_transfer(BlockDriverState *bs);
 
 /*
- * Whether @bs's writes copy their data on the main loop (an NBD node that
- * sends from it; BlockLimits.writes_on_loop): then a caller that reads the
- * data for them passes BDRV_REQ_USED_ON_LOOP.
+ * Whether @bs's writes copy their data out on threads of their own (an
+ * NBD node with a sender thread per connection; BlockLimits.
+ * writes_off_loop): then a caller that reads the data for them passes
+ * BDRV_REQ_OFF_LOOP.
  */
-bool bdrv_writes_on_loop(BlockDriverState *bs);
+bool bdrv_writes_off_loop(BlockDriverState *bs);
 
 /* Fill @info for `info`.  Returns false with @errp set on failure. */
 bool bdrv_get_info(BlockDriverState *bs, BlockImageInfo *info, GError **errp);

@@ -13,8 +13,10 @@
  * as fast as its server takes the data, and a socket that is full waits
  * only for itself.  A quick server keeps the main loop sending: one
  * connection, a few requests in flight, and the data read just before on
- * the same CPU (BDRV_REQ_USED_ON_LOOP) is sent from its cache, with no
- * thread woken (bench/README.md, "Sender threads").
+ * the same CPU (raw_run_here()) is sent from its cache, with no thread
+ * woken; a latency-bound node's reads stay off the main loop
+ * (BlockLimits.writes_off_loop, BDRV_REQ_OFF_LOOP; bench/README.md,
+ * "Sender threads").
  *
  * The thread's whole work: take the requests queued for it
  * (nbdblk_sender_push()), in order, and call libnbd for each

@@ -271,7 +271,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
      */
     bl->window_bytes = s->latency_bound ? NBDBLK_WINDOW_LATENCY
                                         : NBDBLK_WINDOW_FAST;
-    bl->writes_on_loop = !s->latency_bound;
+    bl->writes_off_loop = s->latency_bound;
 }
 
 /* The window of open (refresh_limits()): decided there for good. */

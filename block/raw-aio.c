@@ -5,8 +5,7 @@
  * SEEK_DATA/SEEK_HOLE in raw-status.c; mmap in raw-map.c.  Workers only
  * share the BDRVRawState, and of it they only write `unsupported`,
  * atomically.  A file in memory runs its requests as CPU work, a few
- * reads whose data the main loop sends at a time on the main loop
- * (raw_run_here()), and in fused copies.
+ * reads at a time on the main loop (raw_run_here()), and in fused copies.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -301,23 +300,23 @@ bool raw_cpu_bound(BlockDriverState *bs)
 }
 
 /*
- * A read of a file in memory is a copy, like the send of its data that
- * follows on the main loop when the caller says so (BDRV_REQ_USED_ON_LOOP:
- * an NBD export's reply, a write to a quick NBD server): made there too,
- * the data is still in this CPU's cache for the send, and no worker is
- * woken.  At most RAW_READ_HERE_DEPTH of them wait for their completion,
- * each up to RAW_READ_HERE_MAX: when a larger window opens at once, the
- * rest go to the workers, or the first sends would wait for every read and
- * its first touch of the pool.  Where the data is sent from another
- * thread (an NBD node's senders), a read here would only hold up the main
- * loop.
+ * A read of a file in memory is a copy, like the send to an NBD server
+ * that usually follows it on the main loop: made there too, the data is
+ * still in this CPU's cache for the send, and no worker is woken.  At
+ * most RAW_READ_HERE_DEPTH of them wait for their completion, each up to
+ * RAW_READ_HERE_MAX: when a larger window opens at once, the rest go to
+ * the workers, or the first sends would wait for every read and its first
+ * touch of the pool.  Not when the caller sends the data from another
+ * thread (BDRV_REQ_OFF_LOOP: an NBD node's sender threads): then a read
+ * here would only hold up the main loop (bench/README.md, "Sender
+ * threads").
  */
 bool raw_run_here(BlockDriverState *bs, const BdrvRequest *req)
 {
     BDRVRawState *s = bs->opaque;
 
     return s->cpu_bound && req->op == BDRV_OP_READ &&
-           (req->flags & BDRV_REQ_USED_ON_LOOP) &&
+           !(req->flags & BDRV_REQ_OFF_LOOP) &&
            bs->run_here < RAW_READ_HERE_DEPTH &&
            req->bytes <= RAW_READ_HERE_MAX;
 }

@@ -336,9 +336,8 @@ static void nbdsrv_gate_submit(NbdServer *srv, NbdRequest *req)
         req->client->gate_seq = ++srv->gate_seq;
     }
     if (h->type == NBD_CMD_READ) {
-        /* The reply is sent from the main loop. */
-        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf,
-                       BDRV_REQ_USED_ON_LOOP, nbdsrv_cmd_done_cb, req);
+        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf, 0,
+                       nbdsrv_cmd_done_cb, req);
     } else {
         bdrv_aio_pwrite(srv->bs, h->offset, h->len, req->buf,
                         h->flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0,

@@ -139,8 +139,7 @@ void mirror_copy_path_init(MirrorCopyPath *p, BlockDriverState *src,
             .win = win,
             .check = check,
             .done = done,
-            .read_flags = bdrv_writes_on_loop(dst) ? BDRV_REQ_USED_ON_LOOP
-                                                    : 0,
+            .read_flags = bdrv_writes_off_loop(dst) ? BDRV_REQ_OFF_LOOP : 0,
         },
     };
     if (!in_order && !compress && bdrv_can_copy(src, dst)) {

@@ -49,8 +49,9 @@ typedef struct MirrorCopyEnv {
      * the target too (fused), and @ret is the write's result then.
      */
     void (*done)(MirrorCopy *c, int ret);
-    /* Of the buffer path's reads: BDRV_REQ_USED_ON_LOOP when the target's
-     * writes copy the data on the main loop (bdrv_writes_on_loop()). */
+    /* Of the buffer path's reads: BDRV_REQ_OFF_LOOP when the target's
+     * writes copy the data out on threads of their own
+     * (bdrv_writes_off_loop()). */
     BdrvRequestFlags read_flags;
 } MirrorCopyEnv;
 
