@@ -43,7 +43,7 @@
 
 /* BlockLimits.window_bytes, per connection (nbd.c). */
 #define NBDBLK_WINDOW_FAST    (8 * 1024 * 1024)
-#define NBDBLK_WINDOW_LATENCY (16 * 1024 * 1024)
+#define NBDBLK_WINDOW_LATENCY (32 * 1024 * 1024)
 
 typedef struct NbdBlkState NbdBlkState;
 typedef struct NbdBlkConn NbdBlkConn;

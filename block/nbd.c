@@ -259,11 +259,9 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
     bl->channels = s->nr_planned;
     /*
      * Per connection.  A latency-bound server's workers (nbdkit: 16 per
-     * connection, qemu-nbd 16 requests per client) sit out the latency
-     * with a request each; the connection's sender thread keeps its
-     * socket's send buffer full behind them, so that the next request is
-     * read the moment a worker is free, and more in our buffers only
-     * waits (and touches more memory).  A server that answers within a millisecond needs
+     * connection) sit out the latency with a request each; one more
+     * queued behind each starts the moment it finishes, and more than
+     * that only waits.  A server that answers within a millisecond needs
      * a few MiB in flight at a few GB/s; more only spreads the data over
      * more cache and more first touches, ours and its workers'
      * (bench/README.md, "The window follows the server").  Which of the

@@ -296,9 +296,9 @@ static void check_state(BlockDriverState *bs, int n, int conns,
                                                "(deep window)"
                                              : "latency-bound: no"));
     g_assert_cmpint(bdrv_get_window_bytes(bs), ==,
-                    latency_bound ? 16 * MiB : 8 * MiB);
+                    latency_bound ? 32 * MiB : 8 * MiB);
     g_assert_cmpint(bdrv_get_max_window_bytes(bs), ==,
-                    latency_bound ? 16 * MiB : 8 * MiB);
+                    latency_bound ? 32 * MiB : 8 * MiB);
 }
 
 /*
@@ -380,7 +380,7 @@ static void test_spread_latency(void)
                                                    "1");
 
         g_assert_cmpint(nbdblk_get_connections(bs), ==, 1);
-        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 16 * MiB);
+        g_assert_cmpint(bdrv_get_window_bytes(bs), ==, 32 * MiB);
         check_replies(bs, 16, 1);
     }
     {
