@@ -232,7 +232,8 @@ void nbdblk_send(NbdBlkConn *c, NbdBlkReq *req)
     }
 }
 
-/* Hand @req to @c's sender thread, which gives it to libnbd. */
+/* Hand @req to libnbd on @c: through its sender thread, or here when it
+ * has none (a quick server's node). */
 static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
 {
     req->conn = c;
