@@ -105,7 +105,8 @@ int cmd_serve(int argc, char **argv)
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return TOOL_EXIT_USAGE;
     }
-    if (!tool_export_limits_apply(&lim, "--", NULL)) {
+    if (!tool_export_limits_apply(&lim, "--", NULL) ||
+        !tool_export_check_addr(&lim, "--", argv[1])) {
         return TOOL_EXIT_USAGE;
     }
     if (!tool_check_format("-f", format)) {

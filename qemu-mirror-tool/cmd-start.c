@@ -438,7 +438,9 @@ int cmd_start(int argc, char **argv)
             goto out;
         }
     }
-    if (!tool_export_limits_apply(&export_lim, "--export-", NULL)) {
+    if (!tool_export_limits_apply(&export_lim, "--export-", NULL) ||
+        (o.export_addr &&
+         !tool_export_check_addr(&export_lim, "--export-", o.export_addr))) {
         goto out;
     }
     if ((qmp_max_clients_str &&

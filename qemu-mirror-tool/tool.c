@@ -360,9 +360,30 @@ char *tool_export_limits_given(const ToolExportLimits *l, const char *prefix)
                        l->payload_timeout ? "payload-timeout" :
                        l->handshake_limit ? "handshake-limit" :
                        l->reply_timeout ? "reply-timeout" :
-                       l->budget ? "budget" : NULL;
+                       l->budget ? "budget" :
+                       l->insecure ? "insecure" : NULL;
 
     return name ? g_strconcat(prefix, name, NULL) : NULL;
+}
+
+bool tool_export_check_addr(const ToolExportLimits *l, const char *prefix,
+                            const char *addr)
+{
+    g_autoptr(GError) err = NULL;
+    bool remote;
+
+    if (!nbdsrv_addr_is_remote(addr, &remote, &err)) {
+        tool_error("%s", err->message);
+        return false;
+    }
+    if (remote && !l->insecure) {
+        tool_error("'%s' can be reached from other hosts, and the export "
+                   "has no TLS: anyone who reaches it could read and write "
+                   "the disk; serve on a loopback address or a UNIX "
+                   "socket, or give %sinsecure", addr, prefix);
+        return false;
+    }
+    return true;
 }
 
 /* Parse @value of option @prefix@name as a count in [@min, @max]. */

@@ -240,6 +240,7 @@ typedef struct ToolExportLimits {
     char *handshake_limit;
     char *reply_timeout;
     char *budget;
+    gboolean insecure;          /* serve where other hosts reach it */
 } ToolExportLimits;
 
 /*
@@ -269,7 +270,11 @@ typedef struct ToolExportLimits {
     { prefix "budget", 0, 0, G_OPTION_ARG_STRING, &(l)->budget, \
       "bytes of request buffers and unsent replies of the export over " \
       "all clients, at least --" prefix "shared x 33M, at most 1T " \
-      "(default: 1G, or --" prefix "shared x 33M if more)", "SIZE" }
+      "(default: 1G, or --" prefix "shared x 33M if more)", "SIZE" }, \
+    { prefix "insecure", 0, 0, G_OPTION_ARG_NONE, &(l)->insecure, \
+      "serve on an address other hosts can reach (not loopback, not a " \
+      "UNIX socket) although the export has no TLS: whoever reaches it " \
+      "can read and write the disk", NULL }
 
 /*
  * The first option of @l that was given, spelt with @prefix ("--" or
@@ -287,6 +292,15 @@ char *tool_export_limits_given(const ToolExportLimits *l,
  */
 bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
                               NbdServer *srv);
+
+/*
+ * Refuse @addr, the export's address, when other hosts can reach it
+ * (nbdsrv_addr_is_remote()) and @l->insecure was not given: the export
+ * has no TLS.  Prints the refusal (or a bad address) naming the option
+ * @prefix@"insecure" and returns false; before anything is opened.
+ */
+bool tool_export_check_addr(const ToolExportLimits *l, const char *prefix,
+                            const char *addr);
 
 /* Free @l's strings (g_auto(ToolExportLimits) calls it). */
 void tool_export_limits_clear(ToolExportLimits *l);

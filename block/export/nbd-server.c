@@ -171,8 +171,10 @@ static int nbdsrv_bound_port(int fd)
     return -1;
 }
 
-static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
-                              GError **errp)
+/* The addresses to listen on for "tcp:@spec" (HOST:PORT), into *@res
+ * (freeaddrinfo() it). */
+static bool nbdsrv_tcp_resolve(const char *spec, struct addrinfo **res,
+                               GError **errp)
 {
     g_autofree char *host = NULL;
     const char *colon = strrchr(spec, ':');
@@ -182,10 +184,9 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
         .ai_family = AF_UNSPEC,
         .ai_socktype = SOCK_STREAM,
     };
-    struct addrinfo *res, *ai;
     int64_t port_num;
     size_t hl;
-    int rc, err = 0;
+    int rc;
 
     if (!colon) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
@@ -205,10 +206,59 @@ static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
                     spec);
         return false;
     }
-    rc = getaddrinfo(host, port, &hints, &res);
+    rc = getaddrinfo(host, port, &hints, res);
     if (rc) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s",
                     host, gai_strerror(rc));
+        return false;
+    }
+    return true;
+}
+
+/* Whether @sa is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x). */
+static bool nbdsrv_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        const struct in6_addr *a = &in6->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) ||
+               (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
+}
+
+bool nbdsrv_addr_is_remote(const char *addr, bool *remote, GError **errp)
+{
+    struct addrinfo *res, *ai;
+
+    *remote = false;
+    if (!g_str_has_prefix(addr, "tcp:")) {
+        return true;                    /* unix:, or nbdsrv_new() refuses */
+    }
+    if (!nbdsrv_tcp_resolve(addr + 4, &res, errp)) {
+        return false;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        *remote = *remote || !nbdsrv_is_loopback(ai->ai_addr);
+    }
+    freeaddrinfo(res);
+    return true;
+}
+
+static bool nbdsrv_listen_tcp(NbdServer *srv, const char *spec,
+                              GError **errp)
+{
+    const char *colon = strrchr(spec, ':');
+    struct addrinfo *res, *ai;
+    int err = 0;
+
+    if (!nbdsrv_tcp_resolve(spec, &res, errp)) {
         return false;
     }
     for (ai = res; ai; ai = ai->ai_next) {

@@ -106,6 +106,18 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                       GError **errp);
 
 /*
+ * Whether a server on @addr (as nbdsrv_new() takes it) would be reachable
+ * from other hosts: *@remote is true for a tcp:HOST:PORT whose HOST
+ * resolves to any address but a loopback one (0.0.0.0 and :: listen on
+ * every interface); false for loopback addresses and unix:PATH.  The
+ * server has no TLS: callers refuse a remote address unless told
+ * otherwise (--insecure).  Control path: may block (name resolution).
+ * False with @errp set (BLOCK_ERROR_INVALID) when a TCP address is
+ * malformed or does not resolve.
+ */
+bool nbdsrv_addr_is_remote(const char *addr, bool *remote, GError **errp);
+
+/*
  * Stop listening (a UNIX socket file is removed) and drop every
  * connection at once.  Requests already submitted to @bs keep running:
  * their completions arrive later and only release memory, and the last one

@@ -80,6 +80,22 @@ stderr_has "exists and is not a socket"
 assert_unchanged img.raw
 ok "bad usage exits 2 and touches nothing"
 
+# --- an address other hosts reach: refused without --insecure (no TLS) ---
+for a in tcp:0.0.0.0:0 "tcp:[::]:0"; do
+    expect_exit 2 "$T" serve "$a" img.raw
+    stderr_has "'$a' can be reached from other hosts" "give --insecure"
+    stderr_one_line
+done
+start_serve open --insecure tcp:0.0.0.0:0 img.raw
+port=${addr##*:}
+expect_ok $TMO nbdinfo --size "nbd://127.0.0.1:$port"
+[ "$(cat "$last_out")" = 67108864 ] || fail "nbdinfo --size: $(cat "$last_out")"
+stop_serve open TERM
+start_serve local tcp:127.0.0.1:0 img.raw
+stop_serve local TERM
+assert_unchanged img.raw
+ok "0.0.0.0 and :: refused without --insecure, served with it; loopback as before"
+
 # --- nbdinfo ----------------------------------------------------------------
 start_serve main -f raw --export-name exp1 "unix:$scratch/s.sock" img.raw
 [ "$addr" = "unix:$scratch/s.sock" ] || fail "printed address '$addr'"
@@ -428,6 +444,17 @@ for bad in "--qmp-max-output 1K:--qmp-max-output '1K': must be between 64K and 1
     stderr_one_line
 done
 [ -e mo.sock ] && fail "a refused QMP output limit left its socket"
+expect_exit 2 "$T" start --export-insecure st-src.raw st-tgt.raw
+stderr_has "--export-insecure needs --export ADDR"
+# An export other hosts reach, without --export-insecure: refused before
+# the target is touched (its bytes stay).
+printf 'untouched' | dd of=st-tgt.raw conv=notrunc status=none
+remember_sum st-tgt.raw
+expect_exit 2 "$T" start --export tcp:0.0.0.0:0 st-src.raw st-tgt.raw
+stderr_has "'tcp:0.0.0.0:0' can be reached from other hosts" \
+    "give --export-insecure"
+stderr_one_line
+assert_unchanged st-tgt.raw
 ok "start: the export's and QMP's new limits need their listener, bad values exit 2"
 "$T" start --export tcp:127.0.0.1:0 --export-shared 4 \
     --export-payload-timeout 5 st-src.raw st-tgt.raw >st.out 2>st.err &
