@@ -231,8 +231,9 @@ gboolean tool_opt_threads(const gchar *name, const gchar *value,
 /*
  * The NBD export's limits as typed: serve's --shared, --payload-timeout,
  * --handshake-limit, --reply-timeout and --budget, or start's --export-*
- * spelling of the same.  The members are GOptionEntry string targets,
- * NULL when not given (the export's defaults hold).
+ * spelling of the same, and --insecure (whether the export may listen
+ * where other hosts reach it: tool_export_check_addr()).  The strings are
+ * GOptionEntry targets, NULL when not given (the export's defaults hold).
  */
 typedef struct ToolExportLimits {
     char *shared;
