@@ -11,8 +11,9 @@
 # - qemu-storage-daemon holding a qcow2 image writable: convert (source,
 #   new and existing target), start (source and target), serve, info, map
 #   and check refuse it (exit 2, check 1, QEMU's message) and nothing is
-#   created or written; -U reads it (info, map, check, a convert source);
-#   locking=off opts out; -U with check -r is refused.
+#   created or written; -U reads it (info, map, check, a convert source),
+#   create takes it as a backing file; locking=off opts out; -U with
+#   check -r is refused.
 # - qemu-storage-daemon exporting a raw image writable: convert from it and
 #   into it (nothing truncated), serve -r beside it is allowed.
 # - qemu-nbd -r and `serve -r` share the image both ways; either refuses a
@@ -137,6 +138,9 @@ expect_ok "$T" map --force-share held.qcow2
 expect_ok "$T" check -U held.qcow2
 expect_ok "$T" convert -U -O raw held.qcow2 out.raw
 expect_ok qemu-img compare -U -f qcow2 -F raw held.qcow2 out.raw
+# qemu-img create reads a backing file's size whoever holds it: so do we.
+expect_ok "$T" create -q -f qcow2 \
+    -o backing_file=held.qcow2,backing_fmt=qcow2 ov.qcow2
 expect_exit 1 "$T" check -U -r leaks held.qcow2
 stderr_one_line
 stderr_has "-U cannot be used with -r"
