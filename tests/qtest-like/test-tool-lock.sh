@@ -18,6 +18,8 @@
 #   into it (nothing truncated), serve -r beside it is allowed.
 # - qemu-nbd -r and `serve -r` share the image both ways; either refuses a
 #   resize (qemu-img resize).
+# - check -r of an image qemu-nbd -r serves is refused before it writes
+#   (its check alone is not), and repairs once qemu-nbd is gone.
 #
 # Holders are waited for by their sockets (qemu-storage-daemon opens its
 # block devices before it listens; qemu-nbd and serve too), never by
@@ -197,3 +199,27 @@ stop $qn_pid
 stop $ss_pid
 expect_ok $TMO qemu-img resize -f raw shared.raw 16M
 ok "qemu-nbd -r and serve -r share an image; neither lets it be resized"
+
+# --- check -r takes a writer's locks before it repairs ---------------------
+# A leaked cluster: cluster 4 past qemu-img's four (header, refcount table,
+# refcount block, L1), refcount 1, no reference.
+qemu-img create -q -f qcow2 lk.qcow2 8M || fail "qemu-img create"
+truncate -s $((5 * 65536)) lk.qcow2
+python3 -c "
+with open('lk.qcow2', 'r+b') as f:
+    f.seek(0x20000 + 4 * 2)
+    f.write((1).to_bytes(2, 'big'))" || fail "cannot leak a cluster"
+expect_exit 3 "$T" check lk.qcow2
+cp lk.qcow2 lk.orig
+qemu-nbd -r -f qcow2 -k "$scratch/lk.sock" "$scratch/lk.qcow2" \
+    >lk.log 2>&1 &
+qn_pid=$!
+track_pid $qn_pid
+wait_for 20 "qemu-nbd to listen" test -S lk.sock
+expect_exit 3 "$T" check lk.qcow2
+refused 1 '"write"' "$T" check -r leaks lk.qcow2
+cmp -s lk.qcow2 lk.orig || fail "check -r wrote an image qemu-nbd -r serves"
+stop $qn_pid
+expect_ok "$T" check -r leaks lk.qcow2
+expect_ok qemu-img check lk.qcow2
+ok "check -r refuses an image qemu-nbd -r serves, repairs it once free"
