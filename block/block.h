@@ -188,9 +188,10 @@ void bdrv_check_report_clear(BdrvCheckReport *rep);
  * corruptions as qemu-img check does, into rep->before.  With @fix other
  * than BDRV_FIX_NONE and something to repair (leaks, corruptions, or the
  * header's dirty or corrupt bit set), also repair what @fix allows and
- * check the image again (rep->repaired, rep->after): the repair opens the
- * image file itself, so nothing else may write it, and @bs is good for
- * nothing but bdrv_unref() afterwards.  Blocking.  Clear @rep with
+ * check the image again (rep->repaired, rep->after): the repair first
+ * takes a writer's locks on @bs's file (BLOCK_ERROR_LOCKED when another
+ * user holds the image), then opens the image file itself, and @bs is
+ * good for nothing but bdrv_unref() afterwards.  Blocking.  Clear @rep with
  * bdrv_check_report_clear() whatever the result.
  *
  * Returns 0; -ENOTSUP with @errp set when the format has no check (@rep
