@@ -396,6 +396,37 @@ def smoke_cases(work, pki, cli, other):
         srv.stop()
 
 
+def start_case(work):
+    """start --export with --export-tls-psk-file: the export of a running
+    (then completed) mirror speaks TLS, and only TLS."""
+    psk = os.path.join(work, "keys.psk")
+    src = os.path.join(work, "disk.raw")
+    dst = os.path.join(work, "start-dst.raw")
+    sock = os.path.join(work, "start.sock")
+    with open(dst, "wb") as f:
+        f.truncate(os.path.getsize(src))
+    p = subprocess.Popen([TOOL, "start", "--export", "unix:" + sock,
+                          "--export-tls-psk-file", psk, src, dst],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stderr.readline()
+        ok(line.startswith("mirror-tool: exporting the source on unix:"),
+           "start --export-tls-psk-file: exporting (%r)" % line)
+        tls = run("nbdinfo", "nbds+unix://alice@/?socket=%s&tls-psk-file=%s"
+                  % (sock, psk))
+        plain = run("nbdinfo", "nbd+unix:///?socket=" + sock)
+        ok(tls.returncode == 0 and "with TLS" in tls.stdout and
+           plain.returncode != 0,
+           "start's export: a TLS client is served, a plain one refused")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=TMO)[1]
+    ok(p.returncode in (0, 143) and "warning" not in err and
+       "ERROR" not in err, "start exits on SIGTERM (%d: %s)" % (
+           p.returncode, err.strip()[-2000:]))
+
+
 def cli_cases(work, pki):
     disk = os.path.join(work, "disk.raw")
     sock = "unix:" + os.path.join(work, "cli.sock")
@@ -482,6 +513,7 @@ def main():
         pki, cli, other = make_pki(work)
         protocol_cases(work, pki, cli, disk)
         smoke_cases(work, pki, cli, other)
+        start_case(work)
         cli_cases(work, pki)
     finally:
         shutil.rmtree(work, ignore_errors=True)
