@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Ciphertext read from the socket at once (a few records). */
@@ -166,6 +167,39 @@ static int nbdsrv_tls_verify_cb(gnutls_session_t session)
     return 0;
 }
 
+/*
+ * The server's own certificate must be valid now: an expired one would
+ * only show as every client's handshake failing, on the clients.
+ */
+static bool nbdsrv_tls_check_server_cert(NbdTlsCreds *creds,
+                                         const char *dir, GError **errp)
+{
+    gnutls_x509_crt_t *crts = NULL;
+    unsigned n = 0;
+    time_t now = time(NULL);
+    const char *why = NULL;
+
+    if (gnutls_certificate_get_x509_crt(creds->x509, 0, &crts, &n) < 0) {
+        return true;        /* nothing to check */
+    }
+    if (n && gnutls_x509_crt_get_activation_time(crts[0]) > now) {
+        why = "not valid yet";
+    } else if (n && gnutls_x509_crt_get_expiration_time(crts[0]) < now) {
+        why = "expired";
+    }
+    for (unsigned i = 0; i < n; i++) {
+        gnutls_x509_crt_deinit(crts[i]);
+    }
+    gnutls_free(crts);
+    if (why) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': server-cert.pem: the certificate is %s", dir,
+                    why);
+        return false;
+    }
+    return true;
+}
+
 static bool nbdsrv_tls_load_x509(NbdTlsCreds *creds, const char *dir,
                                  GError **errp)
 {
@@ -212,6 +246,9 @@ static bool nbdsrv_tls_load_x509(NbdTlsCreds *creds, const char *dir,
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'%s': server-cert.pem and server-key.pem: %s", dir,
                     gnutls_strerror(rc));
+        return false;
+    }
+    if (!nbdsrv_tls_check_server_cert(creds, dir, errp)) {
         return false;
     }
     if (creds->verify_peer) {

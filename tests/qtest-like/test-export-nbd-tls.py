@@ -464,6 +464,24 @@ def cli_cases(work, pki):
     shutil.copy(pki + "/server-cert.pem", nokey)
     refused("missing server-key.pem", ["--tls-creds", nokey],
             "--tls-creds '%s': server-key.pem: No such file" % nokey)
+    expired = os.path.join(work, "expired")
+    os.mkdir(expired)
+    for name in ("ca-cert.pem", "server-key.pem"):
+        shutil.copy(os.path.join(pki, name), expired)
+    tmpl = os.path.join(work, "expired.info")
+    with open(tmpl, "w") as f:
+        f.write("cn = localhost\ntls_www_server\nencryption_key\n"
+                "signing_key\nactivation_date = \"2020-01-01 00:00:00 UTC\"\n"
+                "expiration_date = \"2021-01-01 00:00:00 UTC\"\n")
+    subprocess.run(["certtool", "--generate-certificate",
+                    "--load-ca-certificate", pki + "/ca-cert.pem",
+                    "--load-ca-privkey", pki + "/ca-key.pem",
+                    "--load-privkey", expired + "/server-key.pem",
+                    "--template", tmpl,
+                    "--outfile", expired + "/server-cert.pem"],
+                   capture_output=True, check=True)
+    refused("expired server certificate", ["--tls-creds", expired],
+            "server-cert.pem: the certificate is expired")
     refused("--tls without credentials", ["--tls=on"], "--tls needs")
     refused("--tls-authz without credentials", ["--tls-authz", "x"],
             "--tls-authz needs")
