@@ -288,7 +288,9 @@ def protocol_cases(work, pki, cli, disk):
         srv.stop()
 
     # --tls=on: plaintext is served; STARTTLS forgets plaintext options.
-    srv = Server(work, "on", "--tls-creds", pki, "--tls=on")
+    # No handshake limit: only a failed TLS handshake can close here.
+    srv = Server(work, "on", "--tls-creds", pki, "--tls=on",
+                 "--handshake-limit", "0")
     try:
         s = connect(srv.sock)
         opt(s, OPT_STRUCTURED_REPLY)
@@ -308,6 +310,14 @@ def protocol_cases(work, pki, cli, disk):
         ok(got == [REP_ACK, REP_META_CONTEXT, REP_ACK],
            "... and then they are")
         t.close()
+
+        s = connect(srv.sock)
+        opt(s, OPT_STARTTLS)
+        ok(reply(s)[1] == REP_ACK, "--tls=on: STARTTLS is acknowledged")
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n" + bytes(64))
+        ok(closed(s), "garbage instead of a ClientHello fails the "
+           "handshake: closed")
+        s.close()
     finally:
         srv.stop()
 
