@@ -300,6 +300,8 @@ struct BlockDriverState {
     void *opaque;            /* driver state, drv->instance_size bytes */
     char *filename;          /* the spec we were opened with */
     int open_flags;          /* BDRV_O_* */
+    uint64_t perm;           /* BLK_PERM_* held (from open_flags) */
+    uint64_t shared_perm;    /* BLK_PERM_* shared with others */
     int refcnt;
     int64_t total_bytes;     /* length, cached at open */
     bool zero_init;          /* known to read as all zeroes */
@@ -453,12 +455,17 @@ bool bdrv_parse_spec_options(const char *str, GHashTable *options,
 
 /*
  * For a driver's create(): open @filename as a new, empty file (created or
- * truncated, mode 0644) with @access (O_RDWR or O_WRONLY).  An existing
+ * truncated, mode 0644) with @access (O_RDWR: the lock bytes are read
+ * locks, which a write-only descriptor cannot take).  An existing
  * directory, FIFO, socket or character device is refused before open()
  * could block or fail oddly ("'F' is a directory", "'F' is not a regular
  * file", BLOCK_ERROR_INVALID); so is a block device unless
- * @block_device_ok ("... or block device").  Returns the descriptor, or -1
- * with @errp set ("Could not create 'F': REASON", BLOCK_ERROR_OPEN).
+ * @block_device_ok ("... or block device").  An existing file is
+ * truncated only after the locks of QEMU's create (write and resize held,
+ * resize not shared; block/file-lock.h) showed no one else uses it
+ * (BLOCK_ERROR_LOCKED), and the descriptor keeps them until it is closed.
+ * Returns the descriptor, or -1 with @errp set ("Could not create 'F':
+ * REASON", BLOCK_ERROR_OPEN).
  */
 int bdrv_create_file(const char *filename, int access, bool block_device_ok,
                      GError **errp);

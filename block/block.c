@@ -6,6 +6,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/block-int.h"
+#include "block/file-lock.h"
 #include "block/qcow2.h"
 #include "util/cutils.h"
 
@@ -263,6 +264,12 @@ BlockDriverState *bdrv_open(const char *spec, const char *format, int flags,
                     "An image name must not be empty");
         return NULL;
     }
+    if ((flags & BDRV_O_FORCE_SHARE) && (flags & BDRV_O_RDWR)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': force-share=on can only be used with read-only "
+                    "images", spec);
+        return NULL;
+    }
 
     drv = bdrv_driver_for_spec(spec);
     if (format) {
@@ -353,6 +360,10 @@ static BlockDriverState *bdrv_alloc(const BlockDriver *drv, const char *name,
     bs->opaque = g_malloc0(drv->instance_size);
     bs->filename = g_strdup(name);
     bs->open_flags = flags;
+    bs->perm = (flags & BDRV_O_NO_IO ? 0 : BLK_PERM_CONSISTENT_READ) |
+               (flags & BDRV_O_RDWR ? BLK_PERM_WRITE : 0);
+    bs->shared_perm = flags & BDRV_O_FORCE_SHARE ? BLK_PERM_ALL :
+        BLK_PERM_ALL & ~((flags >> BDRV_O_UNSHARE_SHIFT) & BLK_PERM_ALL);
     bs->refcnt = 1;
     g_queue_init(&bs->tracked);
     g_queue_init(&bs->waiting);
@@ -432,7 +443,10 @@ static bool bdrv_create_check_backing(const char *filename, GHashTable *opts,
     }
     path = g_path_is_absolute(name) ? g_strdup(name)
                                     : g_build_filename(dir, name, NULL);
-    backing = bdrv_open(path, fmt, 0, NULL, NULL);
+    /* Only its chain's names are read: lock nothing (QEMU opens a
+     * backing file at create with force-share and no I/O). */
+    backing = bdrv_open(path, fmt, BDRV_O_NO_IO | BDRV_O_FORCE_SHARE, NULL,
+                        NULL);
     if (!backing) {
         return true;
     }
@@ -603,12 +617,52 @@ int bdrv_create_file(const char *filename, int access, bool block_device_ok,
                     : "'%s' is not a regular file", filename);
         return -1;
     }
-    fd = open(filename, access | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(filename, access | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "Could not create '%s': %s", filename, g_strerror(errno));
+        return -1;
+    }
+    /* Truncate only what no one else uses: the locks of QEMU's create
+     * (write and resize, resize not shared) come first. */
+    if (!file_lock_take(fd, ON_OFF_AUTO_AUTO,
+                        BLK_PERM_WRITE | BLK_PERM_RESIZE,
+                        BLK_PERM_ALL & ~BLK_PERM_RESIZE, filename, errp)) {
+        close(fd);
+        return -1;
+    }
+    if (fstat(fd, &st) < 0 ||
+        (S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "Could not create '%s': %s", filename, g_strerror(errno));
+        close(fd);
+        return -1;
     }
     return fd;
+}
+
+bool bdrv_lock_probe(const char *filename, int flags, GError **errp)
+{
+    uint64_t shared = BLK_PERM_ALL &
+        ~((flags >> BDRV_O_UNSHARE_SHIFT) & BLK_PERM_ALL) &
+        ~(BLK_PERM_WRITE | BLK_PERM_RESIZE);
+    struct stat st;
+    bool ok;
+    int fd;
+
+    if (bdrv_driver_for_spec(filename) || stat(filename, &st) < 0 ||
+        !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+        return true;
+    }
+    fd = open(filename, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        return true;            /* the open or create says why */
+    }
+    ok = file_lock_take(fd, ON_OFF_AUTO_AUTO,
+                        BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE |
+                        BLK_PERM_RESIZE, shared, filename, errp);
+    close(fd);
+    return ok;
 }
 
 const char *bdrv_spec_driver(const char *spec)
@@ -636,6 +690,16 @@ int64_t bdrv_getlength(BlockDriverState *bs)
 bool bdrv_is_writable(BlockDriverState *bs)
 {
     return bs->open_flags & BDRV_O_RDWR;
+}
+
+uint64_t bdrv_get_perm(BlockDriverState *bs)
+{
+    return bs->perm;
+}
+
+uint64_t bdrv_get_shared_perm(BlockDriverState *bs)
+{
+    return bs->shared_perm;
 }
 
 bool bdrv_has_zero_init(BlockDriverState *bs)

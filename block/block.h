@@ -27,6 +27,8 @@ typedef enum {
     BLOCK_ERROR_OPEN = 1,   /* cannot open or read an image */
     BLOCK_ERROR_INVALID,    /* bad spec, option or value */
     BLOCK_ERROR_IO,         /* an I/O error on the control path */
+    BLOCK_ERROR_LOCKED,     /* another user holds a conflicting lock on
+                             * the image (file-lock.h) */
 } BlockErrorCode;
 
 typedef struct BlockDriver BlockDriver;
@@ -39,12 +41,45 @@ typedef struct BlockDriverState BlockDriverState;
  */
 typedef void BlockCompletionFunc(void *opaque, int ret);
 
-/* Flags for bdrv_open() */
+/*
+ * Permissions on an image, QEMU's BLK_PERM_* with their bit numbers (as
+ * of QEMU 7.1, which dropped "graph modification"): what a node holds,
+ * and which of them it shares with other users of the image.  A file node
+ * locks them as QEMU's file-posix does (block/file-lock.h), so that other
+ * processes, QEMU's included, see them.
+ */
+enum {
+    BLK_PERM_CONSISTENT_READ = 0x01, /* reads see consistent data */
+    BLK_PERM_WRITE           = 0x02, /* writes may change the data */
+    BLK_PERM_WRITE_UNCHANGED = 0x04, /* writes that change no data */
+    BLK_PERM_RESIZE          = 0x08, /* the image may change its size */
+    BLK_PERM_ALL             = 0x0f,
+};
+
+/*
+ * Flags for bdrv_open().  A node holds consistent-read (unless
+ * BDRV_O_NO_IO) and, with BDRV_O_RDWR, write; it shares every permission
+ * but those of BDRV_O_UNSHARE() (as qemu-io shares everything), or all
+ * of them with BDRV_O_FORCE_SHARE.  A format node adds its own for its
+ * metadata: qcow2 holds resize when writable and never shares write or
+ * resize (QEMU's bdrv_default_perms_for_storage), unless force-shared.
+ */
 enum {
     BDRV_O_RDWR     = 0x0001, /* open for writing (default: read-only) */
     BDRV_O_NOCACHE  = 0x0002, /* bypass the host page cache (cache=none) */
     BDRV_O_NO_PROBE = 0x0004, /* never guess the format: raw unless told */
+    BDRV_O_NO_IO    = 0x0008, /* no data is read (info): no consistent
+                               * read permission (QEMU's BDRV_O_NO_IO) */
+    BDRV_O_FORCE_SHARE = 0x0010, /* share every permission, as qemu-img
+                               * -U; read-only nodes only */
 };
+
+/* bdrv_open() flag: share none of the BLK_PERM_* in @perm with others. */
+#define BDRV_O_UNSHARE_SHIFT 8
+#define BDRV_O_UNSHARE(perm) ((perm) << BDRV_O_UNSHARE_SHIFT)
+
+/* QEMU's BDRV_O_NO_SHARE: no other writer or resizer while we have it. */
+#define BDRV_O_NO_SHARE BDRV_O_UNSHARE(BLK_PERM_WRITE | BLK_PERM_RESIZE)
 
 /* Flags of a single request */
 typedef enum BdrvRequestFlags {
@@ -153,9 +188,10 @@ void bdrv_check_report_clear(BdrvCheckReport *rep);
  * corruptions as qemu-img check does, into rep->before.  With @fix other
  * than BDRV_FIX_NONE and something to repair (leaks, corruptions, or the
  * header's dirty or corrupt bit set), also repair what @fix allows and
- * check the image again (rep->repaired, rep->after): the repair opens the
- * image file itself, so nothing else may write it, and @bs is good for
- * nothing but bdrv_unref() afterwards.  Blocking.  Clear @rep with
+ * check the image again (rep->repaired, rep->after): the repair first
+ * takes a writer's locks on @bs's file (BLOCK_ERROR_LOCKED when another
+ * user holds the image), then opens the image file itself, and @bs is
+ * good for nothing but bdrv_unref() afterwards.  Blocking.  Clear @rep with
  * bdrv_check_report_clear() whatever the result.
  *
  * Returns 0; -ENOTSUP with @errp set when the format has no check (@rep
@@ -172,6 +208,12 @@ int bdrv_check(BlockDriverState *bs, BdrvCheckFix fix, BdrvCheckReport *rep,
  * ...) and overrides probing; NULL probes the file's first bytes.  @options
  * (string -> string, may be NULL) passes driver options; each driver removes
  * the keys it understands, and any key left over is an error.
+ *
+ * A file node (raw, qcow2 and its backing files) locks the permissions
+ * of @flags on the image before it writes anything, and keeps the locks
+ * until it closes; a lock another user holds fails the open with
+ * BLOCK_ERROR_LOCKED.  BDRV_O_FORCE_SHARE with BDRV_O_RDWR is refused
+ * (BLOCK_ERROR_INVALID), as QEMU refuses force-share on a writable node.
  *
  * Returns a node with one reference, or NULL with @errp set.
  */
@@ -205,6 +247,17 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(BlockDriverState, bdrv_unref)
 bool bdrv_create(const char *format, const char *filename, int64_t size,
                  GHashTable *options, GError **errp);
 
+/*
+ * Would another user's lock stop a writable open of the file @filename
+ * with @flags (BDRV_O_UNSHARE() bits), or a create over it?  Takes the
+ * locks a writable raw or qcow2 node would take on it (the most of
+ * either), and releases them: for a caller that must know before it
+ * creates or truncates anything.  True when nothing conflicts, or
+ * @filename is no existing file or block device (nothing to lock); false
+ * with @errp set (BLOCK_ERROR_LOCKED) on a conflict.
+ */
+bool bdrv_lock_probe(const char *filename, int flags, GError **errp);
+
 /* Is @format the name of a registered driver? */
 bool bdrv_find_format(const char *format);
 
@@ -223,6 +276,11 @@ int64_t bdrv_getlength(BlockDriverState *bs);
 
 /* Was @bs opened writable? */
 bool bdrv_is_writable(BlockDriverState *bs);
+
+/* The BLK_PERM_* @bs holds, and those it shares (from its open flags;
+ * a format's own are not included). */
+uint64_t bdrv_get_perm(BlockDriverState *bs);
+uint64_t bdrv_get_shared_perm(BlockDriverState *bs);
 
 /*
  * True when every byte of @bs is known to read as zero because the image was

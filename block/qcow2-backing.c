@@ -13,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "block/file-lock.h"
 #include "util/file-io.h"
 
 #include <errno.h>
@@ -135,10 +136,20 @@ bool qcow2_backing_open(BDRVQcow2State *s, GHashTable *chain,
     if (!strcmp(fmt, "raw")) {
         b->fd = fd;
         b->size = st.st_size;
+        /* QEMU's raw backing node: reads, shares everything. */
+        if (!file_lock_take(fd, s->locking,
+                            s->read_perm ? BLK_PERM_CONSISTENT_READ : 0,
+                            BLK_PERM_ALL, b->filename, errp)) {
+            qcow2_backing_close(b);
+            return false;
+        }
     } else {
         close(fd);
         b->qcow2 = qcow2_state_open(b->filename, false, s->depth + 1, chain,
-                                    errp);
+                                    s->locking,
+                                    s->read_perm ? BLK_PERM_CONSISTENT_READ
+                                                 : 0,
+                                    s->force_share, errp);
         if (!b->qcow2) {
             g_prefix_error(errp, "backing file '%s': ", b->filename);
             qcow2_backing_close(b);

@@ -238,7 +238,10 @@ static bool qcow2_create_check_backing(const char *filename,
         return false;
     }
     if (!strcmp(p->backing_format, "qcow2")) {
-        b = qcow2_state_open(path, false, 1, chain, errp);
+        /* Only its size and format are read: no locks (QEMU opens it
+         * with force-share and no I/O). */
+        b = qcow2_state_open(path, false, 1, chain, ON_OFF_AUTO_OFF, 0, true,
+                             errp);
         if (!b) {
             g_prefix_error(errp, "backing file '%s': ", path);
             return false;

@@ -283,6 +283,9 @@ struct BDRVQcow2State {
     bool writable;
     bool in_memory;             /* the file is on tmpfs: fused copies */
     int depth;                  /* 0: the top image; n: n-th backing */
+    OnOffAuto locking;          /* the node's locking=, for the chain */
+    bool force_share;           /* share every permission, down the chain */
+    bool read_perm;             /* the user reads: backing files too */
     Qcow2Header header;
 
     int cluster_bits;
@@ -348,11 +351,15 @@ typedef struct Qcow2Node {
 
 /*
  * Open @filename as a qcow2 layer (@depth 0 = top).  @chain holds
- * "dev:ino" keys of the layers above, for loop detection.  Blocking.
+ * "dev:ino" keys of the layers above, for loop detection.  The layer
+ * locks its file (@locking: the node's locking= option) for a user that
+ * holds @perm (BLK_PERM_*) and shares everything, or with @force_share
+ * for none of its own either.  Blocking.
  */
 BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
                                  int depth, GHashTable *chain,
-                                 GError **errp);
+                                 OnOffAuto locking, uint64_t perm,
+                                 bool force_share, GError **errp);
 
 /* Flush (read-write), close and free @s and its backing chain. */
 void qcow2_state_close(BDRVQcow2State *s);

@@ -25,6 +25,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "block/file-lock.h"
 #include "block/qcow2.h"
 
 #include <errno.h>
@@ -349,6 +350,29 @@ out:
     return ok;
 }
 
+/*
+ * Take the locks of a writable qcow2 node on @bs's own descriptor, as
+ * qemu-img check -r holds them: the repair's opens of the file lock
+ * nothing, so that they never meet @bs's locks, and this keeps everyone
+ * else out while they write.
+ */
+static bool qcow2_repair_lock(BlockDriverState *bs, GError **errp)
+{
+    BDRVQcow2State *s = ((Qcow2Node *)bs->opaque)->s;
+
+    if (s->force_share) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': force-share=on can only be used with read-only "
+                    "images", s->filename);
+        return false;
+    }
+    return file_lock_take(s->fd, s->locking,
+                          BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE |
+                          BLK_PERM_RESIZE,
+                          BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+                          s->filename, errp);
+}
+
 bool qcow2_check_node(BlockDriverState *bs, BdrvCheckFix fix,
                       BdrvCheckReport *rep, GError **errp)
 {
@@ -365,6 +389,9 @@ bool qcow2_check_node(BlockDriverState *bs, BdrvCheckFix fix,
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'%s' is open read-write: not repaired",
                     bdrv_get_filename(bs));
+        return false;
+    }
+    if (!qcow2_repair_lock(bs, errp)) {
         return false;
     }
     /* The repair opens the image itself, read-write, and checks it

@@ -19,6 +19,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/qcow2-int.h"
+#include "block/file-lock.h"
 #include "block/qcow2.h"
 
 #include <errno.h>
@@ -46,6 +47,10 @@ typedef struct Qcow2OpenOptions {
     int64_t l2_cache_size;          /* bytes of L2 tables cached */
     int64_t refcount_cache_size;    /* bytes of refcount blocks cached */
     bool copy_offload;              /* fused copies where they apply */
+    OnOffAuto locking;              /* QEMU's image locks (file-lock.h) */
+    uint64_t perm;                  /* BLK_PERM_* the layer's user holds */
+    uint64_t shared;                /* and shares */
+    bool force_share;               /* share all, down the chain (-U) */
 } Qcow2OpenOptions;
 
 /* The defaults, for a layer at @depth (0: the top image). */
@@ -56,6 +61,8 @@ static Qcow2OpenOptions qcow2_default_options(int depth)
                                : QCOW2_L2_CACHE_BYTES,
         .refcount_cache_size = QCOW2_RB_CACHE_BYTES,
         .copy_offload = true,
+        .perm = BLK_PERM_CONSISTENT_READ,
+        .shared = BLK_PERM_ALL,
     };
 }
 
@@ -93,7 +100,28 @@ static bool qcow2_parse_options(GHashTable *options, const char *spec,
         return false;
     }
     o->copy_offload = copy != ON_OFF_AUTO_OFF;
-    return true;
+    return file_lock_take_option(options, spec, &o->locking, errp);
+}
+
+/*
+ * Lock @s's file as QEMU's qcow2 node locks its file child (its
+ * bdrv_default_perms_for_storage(): metadata): what its user holds, plus
+ * write and resize when writable; never sharing write or resize, unless
+ * force-shared.
+ */
+static bool qcow2_lock(BDRVQcow2State *s, const Qcow2OpenOptions *o,
+                       GError **errp)
+{
+    uint64_t perm = o->perm;
+    uint64_t shared;
+
+    if (s->writable) {
+        perm |= BLK_PERM_WRITE | BLK_PERM_RESIZE;
+    }
+    shared = o->force_share ? BLK_PERM_ALL
+                            : o->shared & ~(BLK_PERM_WRITE | BLK_PERM_RESIZE);
+    return file_lock_take(s->fd, o->locking, perm, shared, s->filename,
+                          errp);
 }
 
 int qcow2_signal_corruption(BDRVQcow2State *s, const char *fmt, ...)
@@ -160,6 +188,10 @@ static bool qcow2_open_file(BDRVQcow2State *s, const Qcow2OpenOptions *o,
         fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK) < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "a qcow2 image must be a regular file");
+        return false;
+    }
+    /* Before anything is written (the autoclear bits, a dirty flag). */
+    if (!qcow2_lock(s, o, errp)) {
         return false;
     }
     s->in_memory = fd_in_memory(s->fd) && o->copy_offload;
@@ -291,6 +323,9 @@ static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
     s->fd = -1;
     s->writable = writable;
     s->depth = depth;
+    s->locking = o->locking;
+    s->force_share = o->force_share;
+    s->read_perm = o->perm & BLK_PERM_CONSISTENT_READ;
     g_mutex_init(&s->lock);
     g_cond_init(&s->cond);
     g_queue_init(&s->allocs);
@@ -329,9 +364,14 @@ out_close:
 
 BDRVQcow2State *qcow2_state_open(const char *filename, bool writable,
                                  int depth, GHashTable *chain,
-                                 GError **errp)
+                                 OnOffAuto locking, uint64_t perm,
+                                 bool force_share, GError **errp)
 {
     Qcow2OpenOptions o = qcow2_default_options(depth);
+
+    o.locking = locking;
+    o.perm = perm;
+    o.force_share = force_share;
 
     return qcow2_state_open_mode(filename, writable, false, depth, &o, chain,
                                  errp);
@@ -345,6 +385,8 @@ BDRVQcow2State *qcow2_state_open_repair(const char *filename, bool writable,
                                                         g_free, NULL);
     Qcow2OpenOptions o = qcow2_default_options(0);
 
+    /* The node being repaired holds the locks for the repair's opens. */
+    o.locking = ON_OFF_AUTO_OFF;
     return qcow2_state_open_mode(filename, writable, true, 0, &o, chain,
                                  errp);
 }
@@ -419,6 +461,9 @@ static bool qcow2_open(BlockDriverState *bs, const char *spec, int flags,
     if (!qcow2_parse_options(options, spec, &o, errp)) {
         return false;
     }
+    o.perm = bs->perm;
+    o.shared = bs->shared_perm;
+    o.force_share = flags & BDRV_O_FORCE_SHARE;
     if (flags & BDRV_O_NOCACHE) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "Could not open '%s': cache=none is not supported for "
@@ -428,7 +473,10 @@ static bool qcow2_open(BlockDriverState *bs, const char *spec, int flags,
     node->s = qcow2_state_open_mode(spec, flags & BDRV_O_RDWR, false, 0, &o,
                                     chain, errp);
     if (!node->s) {
-        g_prefix_error(errp, "Could not open '%s': ", spec);
+        /* A lock error names the image already, as QEMU's does. */
+        if (!g_error_matches(*errp, BLOCK_ERROR, BLOCK_ERROR_LOCKED)) {
+            g_prefix_error(errp, "Could not open '%s': ", spec);
+        }
         return false;
     }
     /* What the open options came to (the tests read it). */

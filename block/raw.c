@@ -15,6 +15,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/raw-int.h"
+#include "block/file-lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -125,6 +126,7 @@ typedef struct RawOpenOptions {
     uint32_t align;             /* align=N; 0: the device's */
     OnOffAuto views;            /* views=: zero-copy reads from memory */
     OnOffAuto copy_offload;     /* copy-offload=: fused copies */
+    OnOffAuto locking;          /* locking=: QEMU's image locks */
 } RawOpenOptions;
 
 /* Take the options of RawOpenOptions out of @options into @o. */
@@ -166,7 +168,7 @@ static bool raw_parse_options(GHashTable *options, const char *spec,
                     err->message);
         return false;
     }
-    return true;
+    return file_lock_take_option(options, spec, &o->locking, errp);
 }
 
 /*
@@ -246,6 +248,12 @@ static bool raw_open(BlockDriverState *bs, const char *spec, int flags,
     s->fd = raw_open_fd(spec, oflags, &st, errp);
     if (s->fd < 0) {
         return false;
+    }
+    /* The locks live on @fd alone: the tail descriptor and views never
+     * lock, so our own other opens of the file never meet them. */
+    if (!file_lock_take(s->fd, o.locking, bs->perm, bs->shared_perm, spec,
+                        errp)) {
+        goto out_close;
     }
     s->is_block = S_ISBLK(st.st_mode);
     s->block_size = 512;
@@ -433,7 +441,7 @@ static bool raw_create(const char *filename, int64_t size, GHashTable *options,
         }
         g_hash_table_remove(options, "preallocation");
     }
-    fd = bdrv_create_file(filename, O_WRONLY, true, errp);
+    fd = bdrv_create_file(filename, O_RDWR, true, errp);
     if (fd < 0) {
         return false;
     }

@@ -147,6 +147,7 @@ int cmd_check(int argc, char **argv)
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     BdrvCheckReport rep = { 0 };
+    gboolean force_share = FALSE;
     int fix = -1;
     bool json;
     int ret;
@@ -158,6 +159,7 @@ int cmd_check(int argc, char **argv)
         { "repair", 'r', 0, G_OPTION_ARG_STRING, &repair,
           "repair leaked clusters (leaks) or also corruptions (all), as "
           "qemu-img check -r", "leaks|all" },
+        TOOL_FORCE_SHARE_ENTRY(&force_share),
         { NULL },
     };
     static const char summary[] =
@@ -175,7 +177,15 @@ int cmd_check(int argc, char **argv)
     if (!tool_check_format("-f", format)) {
         return TOOL_EXIT_FAILURE;
     }
-    bs = tool_open_image(NULL, argv[1], format, 0, NULL);
+    /* A repair writes: it may not share (qemu-img refuses it too; bad
+     * input is exit 1 here, as in qemu-img check, where 2 means
+     * corruptions). */
+    if (force_share && fix >= 0) {
+        tool_error("-U cannot be used with -r: a repair writes the image");
+        return TOOL_EXIT_FAILURE;
+    }
+    bs = tool_open_image(NULL, argv[1], format,
+                         force_share ? BDRV_O_FORCE_SHARE : 0, NULL);
     if (!bs) {
         return TOOL_EXIT_FAILURE;
     }

@@ -46,6 +46,7 @@ typedef struct ConvertOptions {
     gboolean quiet;
     gboolean target_is_zero;
     gboolean compress;
+    gboolean force_share;
 } ConvertOptions;
 
 static void convert_options_clear(ConvertOptions *o)
@@ -153,6 +154,10 @@ static bool convert_parse(ConvertOptions *o, MirrorParams *p,
         !convert_cache_flags("-t", o->dst_cache, dst_flags)) {
         return false;
     }
+    /* Locks as qemu-img convert's: no other writer or resizer of the
+     * source (-U: share it all), nor of the target. */
+    *src_flags |= o->force_share ? BDRV_O_FORCE_SHARE : BDRV_O_NO_SHARE;
+    *dst_flags |= BDRV_O_NO_SHARE;
     /* The qcow2 driver refuses cache=none when it opens the target: say
      * so before the target is created. */
     if ((*dst_flags & BDRV_O_NOCACHE) && o->dst_format &&
@@ -309,6 +314,12 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
         }
         return bs;
     }
+    /* The create truncates: first, whether the node we will open on it
+     * gets its locks (a writer shares write with a create, not with us). */
+    if (!bdrv_lock_probe(dst, dst_flags, &err)) {
+        tool_error("target: %s", err->message);
+        return NULL;
+    }
     existed = lstat(dst, &st) == 0;
     if (!bdrv_create(fmt, dst, bdrv_getlength(src), create_opts, &err)) {
         /* A bad -o option or a directory is bad input: nothing written.
@@ -317,7 +328,8 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
 
         tool_error("cannot create '%s': %s%s", dst, err->message,
                    existed && io ? "; the target is incomplete" : "");
-        *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID)
+        *exit_code = g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_INVALID) ||
+                     g_error_matches(err, BLOCK_ERROR, BLOCK_ERROR_LOCKED)
                      ? TOOL_EXIT_USAGE : TOOL_EXIT_FAILURE;
         return NULL;
     }
@@ -397,6 +409,9 @@ int cmd_convert(int argc, char **argv)
           "target cache mode: writeback (default) or none", "MODE" },
         { "source-cache", 'T', 0, G_OPTION_ARG_STRING, &o.src_cache,
           "source cache mode: writeback (default) or none", "MODE" },
+        { "force-share", 'U', 0, G_OPTION_ARG_NONE, &o.force_share,
+          "open the source even if another process writes it (see docs: "
+          "Locking)", NULL },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
           "show a progress bar on stderr", NULL },
         { "quiet", 'q', 0, G_OPTION_ARG_NONE, &o.quiet,

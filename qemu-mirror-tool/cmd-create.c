@@ -36,7 +36,9 @@ static bool create_backing_size(const char *img, GHashTable *opts,
     }
     path = g_path_is_absolute(name) ? g_strdup(name)
                                     : g_build_filename(dir, name, NULL);
-    bs = tool_open_image("backing file", path, fmt, 0, NULL);
+    /* Only its size is read: no locks, as qemu-img create opens it. */
+    bs = tool_open_image("backing file", path, fmt,
+                         BDRV_O_NO_IO | BDRV_O_FORCE_SHARE, NULL);
     if (!bs) {
         return false;
     }

@@ -127,8 +127,9 @@ int cmd_info(int argc, char **argv)
     bool json;
     int ret;
 
+    /* Metadata only, as qemu-img info: no consistent-read lock. */
     bs = tool_open_one_image("info", "Show an image's format and sizes.",
-                             argc, argv, &json, &ret);
+                             BDRV_O_NO_IO, argc, argv, &json, &ret);
     if (!bs) {
         return ret;
     }

@@ -151,7 +151,7 @@ int cmd_map(int argc, char **argv)
 
     bs = tool_open_one_image("map",
         "Show which parts of an image hold data, which read as zero,\n"
-        "and where the data lives.", argc, argv, &json, &ret);
+        "and where the data lives.", 0, argc, argv, &json, &ret);
     if (!bs) {
         return ret;
     }

@@ -116,8 +116,10 @@ int cmd_serve(int argc, char **argv)
         return TOOL_EXIT_USAGE;
     }
     opts = tool_open_options(argv[2], NULL, user_opts);
+    /* qemu-nbd's locks: the size it serves may not change. */
     bs = tool_open_image(NULL, argv[2], format,
-                         read_only ? 0 : BDRV_O_RDWR, opts);
+                         (read_only ? 0 : BDRV_O_RDWR) |
+                         BDRV_O_UNSHARE(BLK_PERM_RESIZE), opts);
     if (!bs) {
         return TOOL_EXIT_USAGE;
     }

@@ -466,13 +466,20 @@ int cmd_start(int argc, char **argv)
     }
     /* Guests write to the source through the export. */
     tool_node_opts_resolve(&nodes, argv[1], argv[2]);
+    /* No other writer of the source while the job runs (its writes
+     * would miss the dirty bitmap); the target is ours alone, as QEMU's
+     * mirror takes it. */
     src = tool_open_image("source", argv[1], o.src_format,
-                          o.export_addr ? BDRV_O_RDWR : 0, nodes.src_open);
+                          (o.export_addr ? BDRV_O_RDWR : 0) | BDRV_O_NO_SHARE,
+                          nodes.src_open);
     if (!src || !tool_check_target_chain(src, argv[2])) {
         goto out;
     }
     dst = tool_open_image("target", argv[2], o.dst_format,
-                          BDRV_O_RDWR | BDRV_O_NO_PROBE, nodes.dst_open);
+                          BDRV_O_RDWR | BDRV_O_NO_PROBE |
+                          BDRV_O_UNSHARE(BLK_PERM_ALL &
+                                         ~BLK_PERM_WRITE_UNCHANGED),
+                          nodes.dst_open);
     if (!dst) {
         goto out;
     }

@@ -119,10 +119,11 @@ void tool_print_json(JsonNode *node, bool pretty)
 }
 
 BlockDriverState *tool_open_one_image(const char *command,
-                                      const char *summary, int argc,
-                                      char **argv, bool *json,
+                                      const char *summary, int flags,
+                                      int argc, char **argv, bool *json,
                                       int *exit_code)
 {
+    gboolean force_share = FALSE;
     g_autofree char *format = NULL;
     g_autofree char *output = NULL;
     g_autofree char *open_opts = NULL;
@@ -133,6 +134,7 @@ BlockDriverState *tool_open_one_image(const char *command,
         TOOL_IMAGE_ENTRIES(&format, &open_opts),
         { "output", 0, 0, G_OPTION_ARG_STRING, &output,
           "output format: human (default) or json", "FMT" },
+        TOOL_FORCE_SHARE_ENTRY(&force_share),
         { NULL },
     };
 
@@ -147,7 +149,9 @@ BlockDriverState *tool_open_one_image(const char *command,
         return NULL;
     }
     opts = tool_open_options(argv[1], NULL, user_opts);
-    bs = tool_open_image(NULL, argv[1], format, 0, opts);
+    bs = tool_open_image(NULL, argv[1], format,
+                         flags | (force_share ? BDRV_O_FORCE_SHARE : 0),
+                         opts);
     if (bs) {
         *exit_code = TOOL_EXIT_OK;
     }

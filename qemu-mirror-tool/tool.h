@@ -76,14 +76,22 @@ BlockDriverState *tool_open_image(const char *role, const char *spec,
 
 /*
  * The command line of a command that reads one image (info, map):
- * [-f FMT] [--open-opts OPTS] [--output=human|json] IMG.  Parses it, opens
- * the image read-only and returns it with *@json set; or prints why not
- * and returns NULL with *@exit_code set.
+ * [-f FMT] [--open-opts OPTS] [--output=human|json] [-U] IMG.  Parses it,
+ * opens the image read-only with @flags (BDRV_O_*; -U adds
+ * BDRV_O_FORCE_SHARE) and returns it with *@json set; or prints why not
+ * and returns NULL with *@exit_code set (TOOL_EXIT_USAGE: bad input, or
+ * an image locked by another user).
  */
 BlockDriverState *tool_open_one_image(const char *command,
-                                      const char *summary, int argc,
-                                      char **argv, bool *json,
+                                      const char *summary, int flags,
+                                      int argc, char **argv, bool *json,
                                       int *exit_code);
+
+/* The -U option of the commands that read an image (qemu-img's). */
+#define TOOL_FORCE_SHARE_ENTRY(force_share) \
+    { "force-share", 'U', 0, G_OPTION_ARG_NONE, (force_share), \
+      "open the image even if another process uses it: lock nothing " \
+      "others could mind (see docs: Locking)", NULL }
 
 /*
  * Parse @value as one of @choices (NULL-terminated) into *@index;

@@ -392,7 +392,7 @@ grep -q 'the job was cancelled; the target .* is incomplete' cn.err ||
     fail "cn: the target was not called incomplete: $(cat cn.err)"
 expect_ok $TMO qemu-io -f raw -c 'write -P 0x6b 30M 1M' "$exp"
 expect_ok $TMO qemu-img compare -f raw -F raw "$src" "$exp"
-expect_ok $TMO qemu-io -f raw -c 'read -P 0x6b 30M 1M' "$src"
+expect_ok $TMO qemu-io -r -f raw -c 'read -P 0x6b 30M 1M' "$src"
 grep -q 'Pattern verification failed' "$last_out" &&
     fail "cn: the write through the export missed the source"
 stop_job 1
