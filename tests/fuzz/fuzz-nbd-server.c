@@ -1,16 +1,24 @@
 /*
  * libFuzzer target: the input is what an NBD client sends to our server.
  *
- * Each input goes, byte for byte, into one end of a socketpair whose other
- * end is a connection of an in-process NbdServer (block/export/nbd-server*.c)
- * exporting a null node: the handshake (client flags, options) and then
- * the transmission phase (requests, WRITE payloads), exactly as they would
- * arrive from a socket.  The main context is pumped while the input is
- * written and the server's output is read and dropped (a client that
- * reads everything), then the write side is shut down, and pumping goes
- * on until the server has closed the connection and every request it
- * submitted has completed.  The first input byte picks one of two
- * exports: writable, or read-only (the rest of the input follows it).
+ * Each input but its two framing bytes (below) goes, byte for byte, into
+ * one end of a socketpair whose other end is a connection of an
+ * in-process NbdServer (block/export/nbd-server*.c) exporting a null
+ * node: the handshake (client flags, options) and then the transmission
+ * phase (requests, WRITE payloads), exactly as they would arrive from a
+ * socket.  The main context is pumped while the input is written and the
+ * server's output is read and dropped (a client that reads everything),
+ * then the write side is shut down, and pumping goes on until the server
+ * has closed the connection and every request it submitted has completed.
+ *
+ * The input is framed by two leading bytes, then the client's bytes:
+ *   byte 0  the export: bit 0 clear writable, set read-only;
+ *   byte 1  how the bytes are written: 0 as much as the socket takes at
+ *           a time, N > 0 at most N bytes, then one main-loop iteration,
+ *           so that the server sees headers, options and payloads split
+ *           across reads at every point.
+ * tests/fuzz/record-nbd-sessions.sh and make-corpus-nbd.py write seeds in
+ * this framing.
  *
  * A crash, a leak, an assertion or a connection that never ends (the
  * pump gives up after FUZZ_MAX_ITERATIONS and aborts) is a bug.
@@ -34,6 +42,8 @@
  * reach every check. */
 #define FUZZ_EXPORT_SPEC        "null:size=4M"
 #define FUZZ_MAX_ITERATIONS     1000000
+/* The framing bytes before the client's (see the top of this file). */
+#define FUZZ_HEADER_SIZE        2
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -95,22 +105,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     NbdServer *srv;
     size_t off = 0;
     bool shut = false;
+    size_t split;
     int fds[2];
     int iter;
 
-    if (size < 1) {
+    if (size < FUZZ_HEADER_SIZE) {
         return -1;
     }
     srv = fuzz_srv[data[0] & 1];
-    data++;
-    size--;
+    split = data[1] ? data[1] : size;
+    data += FUZZ_HEADER_SIZE;
+    size -= FUZZ_HEADER_SIZE;
     g_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                         0, fds) == 0);
     nbdsrv_client_new(srv, fds[0]);     /* the server owns fds[0] now */
 
     for (iter = 0; iter < FUZZ_MAX_ITERATIONS; iter++) {
         if (off < size) {
-            ssize_t n = send(fds[1], data + off, size - off,
+            ssize_t n = send(fds[1], data + off, MIN(size - off, split),
                              MSG_DONTWAIT | MSG_NOSIGNAL);
 
             if (n > 0) {

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-# Write the seed corpus of fuzz-nbd-server (tests/fuzz/corpus-nbd/): what
-# real clients send, from the greeting's answer to NBD_CMD_DISC.  The first
-# byte of each file picks the export (even: writable, odd: read-only), the
-# rest goes to the server as sent.  The export is "exp", 4 MiB.
+# Write the synthetic seeds of fuzz-nbd-server (tests/fuzz/corpus-nbd/,
+# files synthetic-NAME): what clients send, from the greeting's answer to
+# NBD_CMD_DISC, with the corners real clients do not reach (errors, odd
+# options, simple replies), in the target's framing: the export
+# (0 writable, 1 read-only), how the bytes are split into writes (0 not at
+# all, N at most N bytes a write), then what goes to the server.  The
+# export is "exp", 4 MiB.  The seeds of real sessions come from
+# record-nbd-sessions.sh.
 #
 #   make-corpus-nbd.py DIR
 #
@@ -44,7 +48,7 @@ def req(t, off=0, n=0, flags=0, cookie=1, payload=b""):
 FLAGS = struct.pack(">I", 3)          # fixed newstyle, no zeroes
 seeds = {
     # libnbd-like: structured replies, base:allocation, GO, then I/O.
-    "go-structured": b"\0" + FLAGS + opt(OPT_STRUCTURED) +
+    "go-structured": b"\0\0" + FLAGS + opt(OPT_STRUCTURED) +
     meta(OPT_SET_META) + go() +
     req(READ, 0, 4 * KiB, cookie=1) +
     req(WRITE, 64 * KiB, 512, FUA, 2, b"\x5a" * 512) +
@@ -56,31 +60,39 @@ seeds = {
     req(FLUSH, cookie=8) + req(READ, 4 * MiB - 512, 512, DF, 9) +
     req(DISC, cookie=10),
     # qemu-nbd-era client: NBD_OPT_EXPORT_NAME, simple replies.
-    "export-name-simple": b"\0" + FLAGS + opt(OPT_EXPORT_NAME, b"exp") +
+    "export-name-simple": b"\0\0" + FLAGS + opt(OPT_EXPORT_NAME, b"exp") +
     req(READ, 0, 64 * KiB) + req(WRITE, 4096, 4096, 0, 2, b"\1" * 4096) +
     req(READ, 4 * MiB, 512, cookie=3) + req(99, cookie=4) +
     req(DISC, cookie=5),
     # Option haggling: list, info, meta contexts, unknown, then abort.
-    "options": b"\0" + FLAGS + opt(OPT_LIST) + go(o=OPT_INFO, infos=(0, 1, 2,
+    "options": b"\0\0" + FLAGS + opt(OPT_LIST) + go(o=OPT_INFO, infos=(0, 1, 2,
                                                                        3)) +
     go(name=b"nope", o=OPT_INFO) + meta(OPT_LIST_META, queries=()) +
     meta(OPT_LIST_META, queries=(b"base:",)) + opt(77, b"xyz") +
     opt(OPT_ABORT),
     # Read-only export: writes are refused, their payload skipped.
-    "read-only": b"\1" + FLAGS + go(b"") +
+    "read-only": b"\1\0" + FLAGS + go(b"") +
     req(WRITE, 0, 1024, cookie=1, payload=b"\2" * 1024) +
     req(TRIM, 0, 4096, cookie=2) + req(READ, 0, 4096, cookie=3) +
     req(DISC, cookie=4),
     # Errors: past the end, too long, bad flags, then bad magic.
-    "errors": b"\0" + FLAGS + opt(OPT_STRUCTURED) + go() +
+    "errors": b"\0\0" + FLAGS + opt(OPT_STRUCTURED) + go() +
     req(READ, 4 * MiB, 4096, cookie=1) + req(READ, 0, 64 * MiB, DF, 2) +
     req(WRITE, 4 * MiB - 8, 16, 0, 3, b"\3" * 16) +
     req(READ, 0, 4096, 0x80, 4) + req(BLOCK_STATUS, 0, 0, cookie=5) +
     b"\xde\xad\xbe\xef" * 7,
 }
 
+# The same bytes arriving a few at a time: headers and payloads split
+# across reads.  Not 1 byte at a time: one main-loop iteration per byte
+# is slow, and the fuzzer finds that on its own.
+seeds["go-structured-split-7"] = b"\0\7" + seeds["go-structured"][2:]
+seeds["options-split-13"] = b"\0\x0d" + seeds["options"][2:]
+seeds["export-name-simple-split-100"] = (b"\0\x64" +
+                                         seeds["export-name-simple"][2:])
+
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 for name, data in seeds.items():
-    with open(os.path.join(out, name), "wb") as f:
+    with open(os.path.join(out, "synthetic-" + name), "wb") as f:
         f.write(data)
