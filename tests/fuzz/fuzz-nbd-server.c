@@ -12,13 +12,24 @@
  * has closed the connection and every request it submitted has completed.
  *
  * The input is framed by two leading bytes, then the client's bytes:
- *   byte 0  the export: bit 0 clear writable, set read-only;
+ *   byte 0  the server and the client:
+ *           bit 0     the export: clear writable, set read-only;
+ *           bits 1-2  TLS: 0 none (NBD_OPT_STARTTLS is unsupported),
+ *                     1 a PSK credential, plain clients served too
+ *                     (--tls=on), 2 or 3 the same, TLS required;
+ *           bit 3     the client does TLS: with a credential, the bytes
+ *                     up to and including the first NBD_OPT_STARTTLS
+ *                     header (16 bytes, no data) go in plaintext, then
+ *                     this harness completes a real TLS handshake (PSK
+ *                     user "fuzz") and the rest of the input goes through
+ *                     TLS; otherwise everything goes in plaintext, so
+ *                     that what follows STARTTLS is a garbage handshake;
  *   byte 1  how the bytes are written: 0 as much as the socket takes at
- *           a time, N > 0 at most N bytes, then one main-loop iteration,
- *           so that the server sees headers, options and payloads split
- *           across reads at every point.
+ *           a time, N > 0 at most N bytes (one TLS record each), then one
+ *           main-loop iteration, so that the server sees headers, options
+ *           and payloads split across reads at every point.
  * tests/fuzz/record-nbd-sessions.sh and make-corpus-nbd.py write seeds in
- * this framing.
+ * this framing.  The PSK file is written into a scratch directory once.
  *
  * A crash, a leak, an assertion or a connection that never ends (the
  * pump gives up after FUZZ_MAX_ITERATIONS and aborts) is a bug.
@@ -30,6 +41,8 @@
  */
 #include <glib.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,21 +57,53 @@
 #define FUZZ_MAX_ITERATIONS     1000000
 /* The framing bytes before the client's (see the top of this file). */
 #define FUZZ_HEADER_SIZE        2
+#define FUZZ_F_READ_ONLY        0x01
+#define FUZZ_F_TLS_SHIFT        1
+#define FUZZ_F_TLS_MASK         0x03
+#define FUZZ_F_TLS_CLIENT       0x08
+/* Servers: [export][TLS none, on, require]. */
+#define FUZZ_TLS_MODES          3
+/* The client's PSK: nbdkit's "username:hexkey" line. */
+#define FUZZ_PSK_USER           "fuzz"
+#define FUZZ_PSK_HEX            "00112233445566778899aabbccddeeff" \
+                                "0123456789abcdef0123456789abcdef"
+/* Main-loop iterations with nothing to do after which the client gives
+ * up its handshake. */
+#define FUZZ_TLS_IDLE           100
+/* The client offers plain PSK only: no key exchange to slow each run. */
+#define FUZZ_TLS_PRIORITY       "NORMAL:-KX-ALL:+PSK"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char *fuzz_dir;
 static BlockDriverState *fuzz_bs[2];
-static NbdServer *fuzz_srv[2];
+static NbdServer *fuzz_srv[2][FUZZ_TLS_MODES];
+static gnutls_psk_client_credentials_t fuzz_psk;
+static gnutls_priority_t fuzz_prio;
 
 static void fuzz_cleanup(void)
 {
     for (int i = 0; i < 2; i++) {
-        nbdsrv_free(g_steal_pointer(&fuzz_srv[i]));
+        for (int t = 0; t < FUZZ_TLS_MODES; t++) {
+            nbdsrv_free(g_steal_pointer(&fuzz_srv[i][t]));
+        }
         g_clear_pointer(&fuzz_bs[i], bdrv_unref);
     }
+    gnutls_psk_free_client_credentials(fuzz_psk);
+    gnutls_priority_deinit(fuzz_prio);
     test_scratch_free(g_steal_pointer(&fuzz_dir));
+}
+
+/* TLS mode @t (1 on, 2 require) for @srv, from the PSK file @psk. */
+static void fuzz_set_tls(NbdServer *srv, const char *psk, int t)
+{
+    NbdTlsConfig cfg = { .psk_file = psk, .require = t == 2 };
+    g_autoptr(GError) err = NULL;
+    NbdTlsCreds *creds = nbdsrv_tls_creds_new(&cfg, &err);
+
+    g_assert_no_error(err);
+    nbdsrv_set_tls(srv, creds);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -67,7 +112,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                        g_file_test("/dev/shm", G_FILE_TEST_IS_DIR) ?
                        "/dev/shm" : g_get_tmp_dir();
     g_autofree char *tmpl = g_build_filename(base, "fuzz-nbd-XXXXXX", NULL);
+    g_autofree char *psk = NULL;
+    gnutls_datum_t key = {
+        .data = (unsigned char *)FUZZ_PSK_HEX,
+        .size = strlen(FUZZ_PSK_HEX),
+    };
 
+    /* GnuTLS's client sends without MSG_NOSIGNAL: a server that hung up
+     * must not kill us. */
+    signal(SIGPIPE, SIG_IGN);
     /* As in fuzz-qcow2.c: no thread churn for LeakSanitizer to see. */
     g_setenv("G_SLICE", "always-malloc", TRUE);
     g_thread_pool_set_max_unused_threads(-1);
@@ -75,76 +128,234 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
     fuzz_dir = g_mkdtemp(g_steal_pointer(&tmpl));
     g_assert(fuzz_dir);
+    psk = g_build_filename(fuzz_dir, "psk", NULL);
+    g_assert(g_file_set_contents(psk, FUZZ_PSK_USER ":" FUZZ_PSK_HEX "\n",
+                                 -1, NULL));
+    g_assert(gnutls_psk_allocate_client_credentials(&fuzz_psk) == 0);
+    g_assert(gnutls_psk_set_client_credentials(fuzz_psk, FUZZ_PSK_USER,
+                                               &key,
+                                               GNUTLS_PSK_KEY_HEX) == 0);
+    g_assert(gnutls_priority_init(&fuzz_prio, FUZZ_TLS_PRIORITY,
+                                  NULL) == 0);
     for (int i = 0; i < 2; i++) {
-        g_autofree char *addr = g_strdup_printf("unix:%s/nbd%d.sock",
-                                                fuzz_dir, i);
-        g_autoptr(GError) err = NULL;
-
         fuzz_bs[i] = test_open(FUZZ_EXPORT_SPEC, NULL,
                                i ? 0 : BDRV_O_RDWR);
-        /* Named, so that the name checks matter; "" selects it too. */
-        fuzz_srv[i] = nbdsrv_new(fuzz_bs[i], addr, "exp", i == 1, &err);
-        g_assert_no_error(err);
+        for (int t = 0; t < FUZZ_TLS_MODES; t++) {
+            g_autofree char *addr = g_strdup_printf("unix:%s/nbd%d-%d.sock",
+                                                    fuzz_dir, i, t);
+            g_autoptr(GError) err = NULL;
+
+            /* Named, so that the name checks matter; "" selects it too. */
+            fuzz_srv[i][t] = nbdsrv_new(fuzz_bs[i], addr, "exp", i == 1,
+                                        &err);
+            g_assert_no_error(err);
+            if (t) {
+                fuzz_set_tls(fuzz_srv[i][t], psk, t);
+            }
+        }
     }
     atexit(fuzz_cleanup);
     return 0;
 }
 
+/* The client's end of one connection. */
+typedef struct FuzzClient {
+    NbdServer *srv;
+    int fd;
+    gnutls_session_t tls;       /* NULL: plaintext */
+    bool tls_dead;              /* the session failed: plaintext reads */
+    size_t split;
+    size_t pending;             /* a TLS send to repeat (EAGAIN) */
+} FuzzClient;
+
 /* Read and drop whatever the server sent. */
-static void fuzz_drain(int fd)
+static void fuzz_drain(FuzzClient *fc)
 {
     uint8_t buf[64 * 1024];
 
-    while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    if (fc->tls && !fc->tls_dead) {
+        ssize_t n;
+
+        while ((n = gnutls_record_recv(fc->tls, buf, sizeof(buf))) > 0 ||
+               (n < 0 && n != GNUTLS_E_AGAIN &&
+                !gnutls_error_is_fatal(n))) {
+            /* a client that reads everything */
+        }
+        if (n != GNUTLS_E_AGAIN) {
+            fc->tls_dead = true;
+        }
+        return;
+    }
+    while (recv(fc->fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         /* a client that reads everything */
     }
 }
 
+/* Send at most fc->split bytes of @data; the bytes taken (0: none now). */
+static size_t fuzz_send(FuzzClient *fc, const uint8_t *data, size_t len)
+{
+    ssize_t n;
+
+    if (fc->tls && fc->tls_dead) {
+        return len;             /* the session is over: drop the rest */
+    }
+    len = MIN(len, fc->split);
+    if (fc->tls) {
+        n = gnutls_record_send(fc->tls, fc->pending ? NULL : data,
+                               fc->pending ? 0 : len);
+        if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+            fc->pending = fc->pending ? fc->pending : len;
+            return 0;
+        }
+        if (n < 0) {
+            fc->tls_dead = true;
+            return len;
+        }
+        n = fc->pending ? fc->pending : n;
+        fc->pending = 0;
+        return n;
+    }
+    n = send(fc->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+        return n;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return len;             /* the server hung up */
+    }
+    return 0;
+}
+
+/* One round: read what the server sent, run the main loop once.  False
+ * when the server is done with the connection. */
+static bool fuzz_pump(FuzzClient *fc)
+{
+    fuzz_drain(fc);
+    g_main_context_iteration(NULL, FALSE);
+    return !nbdsrv_is_drained(fc->srv);
+}
+
+/* Write @size bytes of @data, @fc->split at a time, pumping between
+ * writes.  False when the server ended the connection. */
+static bool fuzz_write(FuzzClient *fc, const uint8_t *data, size_t size,
+                       int *iter)
+{
+    size_t off = 0;
+
+    while (off < size && *iter < FUZZ_MAX_ITERATIONS) {
+        off += fuzz_send(fc, data + off, size - off);
+        ++*iter;
+        if (!fuzz_pump(fc)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Where the first NBD_OPT_STARTTLS header without data ends in @data, or
+ * 0. */
+static size_t fuzz_starttls_end(const uint8_t *data, size_t size)
+{
+    uint8_t hdr[16];
+
+    nbdsrv_put64(hdr, NBD_MAGIC_OPTS);
+    nbdsrv_put32(hdr + 8, NBD_OPT_STARTTLS);
+    nbdsrv_put32(hdr + 12, 0);
+    for (size_t i = 0; i + sizeof(hdr) <= size; i++) {
+        if (!memcmp(data + i, hdr, sizeof(hdr))) {
+            return i + sizeof(hdr);
+        }
+    }
+    return 0;
+}
+
+/*
+ * The client side of a TLS handshake with the server on @fc->fd.  The
+ * plaintext replies (the STARTTLS one last) were all read first: the
+ * server sends nothing more before the client hello.  False when it
+ * failed, and the rest goes in plaintext.
+ */
+static bool fuzz_tls_handshake(FuzzClient *fc, int *iter)
+{
+    int idle = 0;
+    int rc;
+
+    do {
+        fuzz_drain(fc);
+    } while (g_main_context_iteration(NULL, FALSE) &&
+             ++*iter < FUZZ_MAX_ITERATIONS);
+    if (nbdsrv_is_drained(fc->srv)) {
+        return false;
+    }
+    g_assert(gnutls_init(&fc->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK) == 0);
+    g_assert(gnutls_priority_set(fc->tls, fuzz_prio) == 0);
+    g_assert(gnutls_credentials_set(fc->tls, GNUTLS_CRD_PSK,
+                                    fuzz_psk) == 0);
+    gnutls_transport_set_int(fc->tls, fc->fd);
+    for (; *iter < FUZZ_MAX_ITERATIONS; ++*iter) {
+        rc = gnutls_handshake(fc->tls);
+        if (rc == 0) {
+            return true;
+        }
+        if (rc != GNUTLS_E_AGAIN && rc != GNUTLS_E_INTERRUPTED &&
+            gnutls_error_is_fatal(rc)) {
+            break;
+        }
+        /* Nothing for the server to do: it does not take our hello as
+         * one (it is skipping option data, say), and never answers. */
+        idle = g_main_context_iteration(NULL, FALSE) ? 0 : idle + 1;
+        if (idle > FUZZ_TLS_IDLE || nbdsrv_is_drained(fc->srv)) {
+            break;
+        }
+    }
+    g_clear_pointer(&fc->tls, gnutls_deinit);
+    return false;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    NbdServer *srv;
-    size_t off = 0;
-    bool shut = false;
-    size_t split;
+    FuzzClient fc = { 0 };
+    size_t plain;
+    int tls_mode;
     int fds[2];
-    int iter;
+    int iter = 0;
 
     if (size < FUZZ_HEADER_SIZE) {
         return -1;
     }
-    srv = fuzz_srv[data[0] & 1];
-    split = data[1] ? data[1] : size;
+    tls_mode = MIN((data[0] >> FUZZ_F_TLS_SHIFT) & FUZZ_F_TLS_MASK, 2);
+    fc.srv = fuzz_srv[data[0] & FUZZ_F_READ_ONLY][tls_mode];
+    fc.split = data[1] ? data[1] : SIZE_MAX;
+    plain = (data[0] & FUZZ_F_TLS_CLIENT) && tls_mode ?
+            fuzz_starttls_end(data + FUZZ_HEADER_SIZE,
+                              size - FUZZ_HEADER_SIZE) : 0;
     data += FUZZ_HEADER_SIZE;
     size -= FUZZ_HEADER_SIZE;
+    if (!plain) {
+        plain = size;
+    }
     g_assert(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
                         0, fds) == 0);
-    nbdsrv_client_new(srv, fds[0]);     /* the server owns fds[0] now */
+    fc.fd = fds[1];
+    nbdsrv_client_new(fc.srv, fds[0]);  /* the server owns fds[0] now */
 
-    for (iter = 0; iter < FUZZ_MAX_ITERATIONS; iter++) {
-        if (off < size) {
-            ssize_t n = send(fds[1], data + off, MIN(size - off, split),
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-
-            if (n > 0) {
-                off += n;
-            } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                       errno != EINTR) {
-                off = size;     /* the server hung up */
-            }
+    if (fuzz_write(&fc, data, plain, &iter) && plain < size) {
+        if (!fuzz_tls_handshake(&fc, &iter)) {
+            fc.tls_dead = true;
         }
-        if (off == size && !shut) {
-            shutdown(fds[1], SHUT_WR);
-            shut = true;
-        }
-        fuzz_drain(fds[1]);
-        g_main_context_iteration(NULL, FALSE);
-        if (nbdsrv_is_drained(srv)) {
-            break;
-        }
+        fuzz_write(&fc, data + plain, size - plain, &iter);
+    }
+    if (fc.tls && !fc.tls_dead) {
+        gnutls_bye(fc.tls, GNUTLS_SHUT_WR);     /* best effort */
+    }
+    shutdown(fds[1], SHUT_WR);
+    fc.tls_dead = true;
+    while (iter++ < FUZZ_MAX_ITERATIONS && fuzz_pump(&fc)) {
+        /* until the server closed and every request completed */
     }
     /* End of input always ends the connection: not ending is a hang. */
-    g_assert(nbdsrv_is_drained(srv));
-    g_assert(nbdsrv_get_held_bytes(srv) == 0);
+    g_assert(nbdsrv_is_drained(fc.srv));
+    g_assert(nbdsrv_get_held_bytes(fc.srv) == 0);
+    g_clear_pointer(&fc.tls, gnutls_deinit);
     close(fds[1]);
     return 0;
 }

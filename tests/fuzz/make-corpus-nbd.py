@@ -19,8 +19,10 @@ import sys
 
 OPTS = 0x49484156454f5054
 REQ = 0x25609513
-(OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_INFO, OPT_GO, OPT_STRUCTURED,
- OPT_LIST_META, OPT_SET_META) = 1, 2, 3, 6, 7, 8, 9, 10
+(OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO,
+ OPT_STRUCTURED, OPT_LIST_META, OPT_SET_META) = 1, 2, 3, 5, 6, 7, 8, 9, 10
+# The first framing byte: the export, the server's TLS, the client's.
+RO, TLS_ON, TLS_REQUIRE, TLS_CLIENT = 0x01, 0x02, 0x04, 0x08
 (READ, WRITE, DISC, FLUSH, TRIM, WZ, BLOCK_STATUS) = 0, 1, 2, 3, 4, 6, 7
 FUA, NO_HOLE, DF, REQ_ONE, FAST_ZERO = 1, 2, 4, 8, 16
 KiB, MiB = 1 << 10, 1 << 20
@@ -90,6 +92,49 @@ seeds["go-structured-split-7"] = b"\0\7" + seeds["go-structured"][2:]
 seeds["options-split-13"] = b"\0\x0d" + seeds["options"][2:]
 seeds["export-name-simple-split-100"] = (b"\0\x64" +
                                          seeds["export-name-simple"][2:])
+
+# TLS: the server has a PSK credential.  Without TLS_CLIENT what follows
+# NBD_OPT_STARTTLS is a garbage handshake; with it the target does a real
+# handshake there and sends the rest through TLS.
+STARTTLS = opt(OPT_STARTTLS)
+IO = (req(READ, 0, 4 * KiB, cookie=1) +
+      req(WRITE, 64 * KiB, 512, FUA, 2, b"\x5a" * 512) +
+      req(BLOCK_STATUS, 0, 1 * MiB, cookie=3) + req(FLUSH, cookie=4) +
+      req(DISC, cookie=5))
+seeds.update({
+    # FORCEDTLS: every option but STARTTLS and ABORT refused, then
+    # plaintext trailing STARTTLS.
+    "tls-required-refusals": bytes([TLS_REQUIRE, 0]) + FLAGS +
+    opt(OPT_LIST) + opt(OPT_STRUCTURED) + go() + opt(77, b"x") + STARTTLS +
+    b"\x16\x03\x01\x00\x05hello",
+    # NBD_OPT_EXPORT_NAME cannot be refused: the connection ends.
+    "tls-required-export-name": bytes([TLS_REQUIRE, 0]) + FLAGS +
+    opt(OPT_EXPORT_NAME, b"exp") + req(READ, 0, 512) + req(DISC, cookie=2),
+    # A handshake on bytes that are not TLS: 20-byte writes put them
+    # after the STARTTLS reply (sent at once they would be plaintext
+    # trailing STARTTLS).
+    "tls-garbage-handshake-split-20": bytes([TLS_REQUIRE, 20]) + FLAGS +
+    STARTTLS + b"\x16\x03\x01\x00\x2a\x01\x00\x00\x26\x03\x03" +
+    bytes(range(64)),
+    # --tls=on: plain negotiation works; STARTTLS with data is invalid;
+    # plaintext sent right after STARTTLS ends the connection.
+    "tls-on-trailing-plaintext": bytes([TLS_ON, 0]) + FLAGS +
+    opt(OPT_STRUCTURED) + opt(OPT_STARTTLS, b"junk") + STARTTLS + go() +
+    IO,
+    "tls-on-plain": bytes([TLS_ON | RO, 0]) + FLAGS + go() + IO,
+    # Real handshakes, then negotiation and I/O through TLS.
+    "tls-client-go-structured": bytes([TLS_REQUIRE | TLS_CLIENT, 0]) +
+    FLAGS + STARTTLS + opt(OPT_STRUCTURED) + meta(OPT_SET_META) + go() + IO,
+    "tls-client-after-plain-options": bytes([TLS_ON | TLS_CLIENT, 0]) +
+    FLAGS + opt(OPT_STRUCTURED) + meta(OPT_SET_META) + opt(OPT_LIST) +
+    STARTTLS + opt(OPT_LIST) + meta(OPT_LIST_META, queries=()) +
+    go(infos=(0, 1, 2, 3)) + IO,
+    "tls-client-starttls-twice": bytes([TLS_REQUIRE | TLS_CLIENT, 0]) +
+    FLAGS + STARTTLS + STARTTLS + opt(OPT_EXPORT_NAME, b"exp") + IO,
+    "tls-client-read-only-split-7": bytes([TLS_REQUIRE | TLS_CLIENT | RO,
+                                           7]) +
+    FLAGS + STARTTLS + opt(OPT_STRUCTURED) + go(b"") + IO,
+})
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)

@@ -14,6 +14,16 @@
 # Files are replaced, other files of OUTDIR are left.  QEMU's cookies are
 # made from addresses: its files change at every recording.
 #
+# TLS: a third server requires TLS with the fuzz target's PSK (user
+# "fuzz"); its clients' files (tls-*) are the plaintext handshake,
+# NBD_OPT_STARTTLS and a real client hello, which the target sends 20
+# bytes at a time (so that the hello comes after the STARTTLS reply, not
+# as plaintext trailing it) to its own server with that PSK, which
+# requires TLS.  And a few plain sessions become tls-client-* files:
+# NBD_OPT_STARTTLS inserted after the client flags, as libnbd and QEMU
+# send it, with the framing byte that has the target do the handshake
+# itself and send the rest through TLS.
+#
 #   record-nbd-sessions.sh [OUTDIR [MIRROR_TOOL]]
 #       (defaults: the corpus-nbd/ next to this script, and
 #        build/qemu-mirror-tool/mirror-tool of this tree)
@@ -26,6 +36,9 @@ out=$(realpath "${1:-$here/corpus-nbd}")
 mt=$(realpath "${2:-$here/../../build/qemu-mirror-tool/mirror-tool}")
 LIMIT=8192
 T="timeout 60"
+# As in fuzz-nbd-server.c.
+PSK_USER=fuzz
+PSK_KEY=00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef
 for p in nbdinfo nbdcopy qemu-io qemu-img python3; do
     command -v $p >/dev/null || { echo "$0: $p is missing" >&2; exit 1; }
 done
@@ -91,8 +104,11 @@ serve()
     pids+=($!)
     wait_line "$n-proxy.out" ready
 }
+mkdir psk
+echo "$PSK_USER:$PSK_KEY" >psk/keys.psk
 serve rw 0000
 serve ro 0100 -r
+serve tls 0414 --tls-psk-file "$work/psk/keys.psk"
 RW="nbd+unix:///exp?socket=$work/rw.sock"
 RO="nbd+unix:///exp?socket=$work/ro.sock"
 QRW="nbd:unix:$work/rw.sock:exportname=exp"
@@ -184,6 +200,22 @@ rec mirror-tool-map "$mt" map "$RO"
 rec mirror-tool-convert-to "$mt" convert -n -S 512 src.raw "$RW"
 rec mirror-tool-convert-from "$mt" convert "$RO" copy3.raw
 
+# TLS: the client hello and what follows (cut at LIMIT).
+TLS="nbds+unix://$PSK_USER@/exp?socket=$work/tls.sock"
+TLS="$TLS&tls-psk-file=$work/psk/keys.psk"
+QTLS="--object tls-creds-psk,id=tls0,dir=$work/psk,endpoint=client"
+QTLS="$QTLS,username=$PSK_USER"
+QTLS_IMG="driver=nbd,server.type=unix,server.path=$work/tls.sock"
+QTLS_IMG="$QTLS_IMG,export=exp,tls-creds=tls0"
+rec tls-nbdinfo nbdinfo "$TLS"
+rec tls-nbdinfo-map nbdinfo --map "$TLS"
+# shellcheck disable=SC2086 # QTLS is words
+rec tls-qemu-img-info qemu-img info $QTLS --image-opts "$QTLS_IMG"
+# shellcheck disable=SC2086
+rec tls-qemu-io-write qemu-io $QTLS -c 'write -P 7 0 512' \
+    --image-opts "$QTLS_IMG"
+rec tls-mirror-tool-info "$mt" info "nbds+unix:///exp?socket=$work/tls.sock&tls-psk-file=$work/psk/keys.psk&tls-username=$PSK_USER"
+
 # End the proxies: connections still open are written out.
 for p in "${pids[@]}"; do
     kill "$p" 2>/dev/null || true
@@ -202,4 +234,17 @@ while read -r n; do
         fi
     done
 done <names
+
+# tls-client-NAME from a few plain sessions NAME (see the top).
+for n in nbdinfo nbdinfo-list nbdcopy-to qemu-io-aio qemu-io-write-zeroes \
+         qemu-img-map mirror-tool-convert-to; do
+    python3 - "$out/$n" "$out/tls-client-$n" <<'PY'
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+starttls = struct.pack(">QII", 0x49484156454f5054, 5, 0)
+# Framing: the export bit kept, TLS required, the target does TLS.
+hdr = bytes([(d[0] & 1) | 0x04 | 0x08, d[1]])
+open(sys.argv[2], "wb").write(hdr + d[2:6] + starttls + d[6:])
+PY
+done
 ls -l "$out"
