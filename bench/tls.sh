@@ -27,6 +27,7 @@
 #   server without TLS (goal: <= 1.15 for mirror-tool serve);
 # - vs_qemu: median wall / median wall of the same client into qemu-nbd
 #   with the same kind of TLS (goal: <= 1.00).
+# The header shows the cipher each TLS server negotiates with nbdinfo.
 # The mirror-tool serve TLS rows are skipped when `serve --help` has no
 # --tls-creds.  Every run is under `timeout $TIMEOUT`; a failure, a timeout
 # or a wrong target is recorded and the benchmark goes on, exiting 1 at
@@ -256,6 +257,18 @@ for c in $CLIENTS; do
         printf '#     %-34s %s\n' "$s:" \
             "$(client_uri "$c" "x-$s" | sed "s|$SCRATCH|\$SCRATCH|g")"
     done
+done
+# What each TLS server negotiates with libnbd (the cipher decides the
+# cost): truncate the target first, nothing is written.
+truncate -s "$TLS_SIZE" "$SCRATCH/target"
+for s in "${SERVERS[@]}"; do
+    if [[ $s == *-plain ]] || [[ $MT_TLS == 0 && $s == mt-* ]]; then
+        continue
+    fi
+    cipher=$(start_server "$s" && LIBNBD_DEBUG=1 timeout 60 nbdinfo --size \
+        "$(client_uri nbdcopy "$s")" 2>&1 | sed -n 's/.*connection is using TLS: //p')
+    stop_server
+    printf '# TLS of %-34s %s\n' "${SRV_LABEL[$s]}:" "${cipher:-(none: nbdinfo failed)}"
 done
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 [[ $PREFAULT == 1 ]] && prefault
