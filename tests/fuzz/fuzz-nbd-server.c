@@ -163,7 +163,9 @@ typedef struct FuzzClient {
     NbdServer *srv;
     int fd;
     gnutls_session_t tls;       /* NULL: plaintext */
-    bool tls_dead;              /* the session failed: plaintext reads */
+    bool tls_dead;              /* no TLS (any more): reads go straight to
+                                 * the socket; with @tls, what is left of
+                                 * the input is dropped */
     size_t split;
     size_t pending;             /* a TLS send to repeat (EAGAIN) */
 } FuzzClient;
