@@ -582,6 +582,15 @@ static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
     return G_SOURCE_CONTINUE;
 }
 
+/* Whether @c reads input now (else it waits for a limit, its replies or
+ * the TLS handshake, or reads nothing more). */
+static bool nbdsrv_client_wants_input(NbdClient *c)
+{
+    return !c->closed && !c->paused && c->rstate != NBDR_STOPPED &&
+           c->rstate != NBDR_TLS_HANDSHAKE &&
+           !(c->finishing && c->rstate == NBDR_REQ_HEADER);
+}
+
 static gboolean nbdsrv_client_kick_cb(gpointer opaque)
 {
     NbdClient *c = opaque;
@@ -589,7 +598,7 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
     nbdsrv_source_clear(&c->kick_src);
     nbdsrv_client_ref(c);
     nbdsrv_client_process(c);
-    if (!c->closed && !c->paused && nbdsrv_tls_pending(c)) {
+    if (nbdsrv_client_wants_input(c) && nbdsrv_tls_pending(c)) {
         /* Input GnuTLS holds: the fd will not tell. */
         nbdsrv_client_read_all(c);
     }
@@ -632,8 +641,7 @@ void nbdsrv_client_update(NbdClient *c)
         nbdsrv_client_close(c, false);
         return;
     }
-    want_in = !c->paused && c->rstate != NBDR_STOPPED &&
-              !(c->finishing && c->rstate == NBDR_REQ_HEADER);
+    want_in = nbdsrv_client_wants_input(c);
     want_out = !g_queue_is_empty(&c->out);
     if (c->rstate == NBDR_TLS_HANDSHAKE) {
         /* The STARTTLS reply goes out in plaintext first. */

@@ -39,6 +39,15 @@
 
 #define NBDSRV_TLS_PRIORITY_X509    "NORMAL"
 #define NBDSRV_TLS_PRIORITY_PSK     "NORMAL:+ECDHE-PSK:+DHE-PSK:+PSK"
+/*
+ * Appended where the CPU has AES and carry-less multiply instructions:
+ * AES-GCM first, chosen by our order.  GnuTLS puts ChaCha20 first when it
+ * judges the CPU slow at AES, and on some virtual CPUs it judges so while
+ * its AES-GCM runs ten times faster than ChaCha20 there: a TLS copy then
+ * costs several times the plain one.
+ */
+#define NBDSRV_TLS_PRIORITY_AES     \
+    ":-CHACHA20-POLY1305:+CHACHA20-POLY1305:%SERVER_PRECEDENCE"
 
 typedef struct NbdPskUser {
     char *name;
@@ -418,10 +427,20 @@ static bool nbdsrv_tls_load_authz(NbdTlsCreds *creds,
     return true;
 }
 
+/* Whether the CPU has AES-GCM in hardware (see NBDSRV_TLS_PRIORITY_AES). */
+static bool nbdsrv_tls_fast_aes(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul");
+#else
+    return false;
+#endif
+}
+
 NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp)
 {
     g_autoptr(NbdTlsCreds) creds = g_new0(NbdTlsCreds, 1);
-    const char *prio;
+    g_autofree char *prio = NULL;
     int rc;
 
     g_assert(!cfg->x509_dir != !cfg->psk_file);
@@ -435,7 +454,10 @@ NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp)
                    : !nbdsrv_tls_load_x509(creds, cfg->x509_dir, errp)) {
         return NULL;
     }
-    prio = creds->psk ? NBDSRV_TLS_PRIORITY_PSK : NBDSRV_TLS_PRIORITY_X509;
+    prio = g_strconcat(creds->psk ? NBDSRV_TLS_PRIORITY_PSK
+                                  : NBDSRV_TLS_PRIORITY_X509,
+                       nbdsrv_tls_fast_aes() ? NBDSRV_TLS_PRIORITY_AES : "",
+                       NULL);
     rc = gnutls_priority_init(&creds->priority, prio, NULL);
     if (rc < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
@@ -622,6 +644,12 @@ int nbdsrv_tls_handshake(NbdClient *c)
         return -1;
     }
     srv->stats.tls_handshakes++;
+    if (!g_log_writer_default_would_drop(G_LOG_LEVEL_DEBUG, G_LOG_DOMAIN)) {
+        char *desc = gnutls_session_get_desc(c->tls->session);
+
+        g_debug("nbd export: TLS session %s", desc);
+        gnutls_free(desc);
+    }
     if (!nbdsrv_tls_authorized(c)) {
         g_debug("nbd export: a TLS client is not on the authorization "
                 "list");
