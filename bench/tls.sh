@@ -27,7 +27,8 @@
 #   server without TLS (goal: <= 1.15 for mirror-tool serve);
 # - vs_qemu: median wall / median wall of the same client into qemu-nbd
 #   with the same kind of TLS (goal: <= 1.00).
-# The header shows the cipher each TLS server negotiates with nbdinfo.
+# The header shows the cipher each TLS server negotiates with nbdinfo
+# (part of what is compared: the servers' priorities differ).
 # The mirror-tool serve TLS rows are skipped when `serve --help` has no
 # --tls-creds.  Every run is under `timeout $TIMEOUT`; a failure, a timeout
 # or a wrong target is recorded and the benchmark goes on, exiting 1 at
