@@ -485,16 +485,17 @@ static void nbdsrv_client_process(NbdClient *c)
     }
 }
 
-/*
- * Read what the socket has, once.  Returns the bytes read, 0 when there is
- * nothing to read now (or no room), -1 when the client was closed.
- */
 /* recv() from @c's socket, through TLS once it is on. */
 static ssize_t nbdsrv_client_read(NbdClient *c, void *buf, size_t len)
 {
     return c->tls_ready ? nbdsrv_tls_recv(c, buf, len)
                         : recv(c->fd, buf, len, 0);
 }
+
+/*
+ * Read what the socket has, once.  Returns the bytes read, 0 when there is
+ * nothing to read now (or no room), -1 when the client was closed.
+ */
 
 static ssize_t nbdsrv_client_recv(NbdClient *c)
 {

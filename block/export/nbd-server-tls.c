@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Ciphertext read from the socket at once (a few records). */
@@ -166,6 +167,39 @@ static int nbdsrv_tls_verify_cb(gnutls_session_t session)
     return 0;
 }
 
+/*
+ * The server's own certificate must be valid now: an expired one would
+ * only show as every client's handshake failing, on the clients.
+ */
+static bool nbdsrv_tls_check_server_cert(NbdTlsCreds *creds,
+                                         const char *dir, GError **errp)
+{
+    gnutls_x509_crt_t *crts = NULL;
+    unsigned n = 0;
+    time_t now = time(NULL);
+    const char *why = NULL;
+
+    if (gnutls_certificate_get_x509_crt(creds->x509, 0, &crts, &n) < 0) {
+        return true;        /* nothing to check */
+    }
+    if (n && gnutls_x509_crt_get_activation_time(crts[0]) > now) {
+        why = "not valid yet";
+    } else if (n && gnutls_x509_crt_get_expiration_time(crts[0]) < now) {
+        why = "expired";
+    }
+    for (unsigned i = 0; i < n; i++) {
+        gnutls_x509_crt_deinit(crts[i]);
+    }
+    gnutls_free(crts);
+    if (why) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': server-cert.pem: the certificate is %s", dir,
+                    why);
+        return false;
+    }
+    return true;
+}
+
 static bool nbdsrv_tls_load_x509(NbdTlsCreds *creds, const char *dir,
                                  GError **errp)
 {
@@ -212,6 +246,9 @@ static bool nbdsrv_tls_load_x509(NbdTlsCreds *creds, const char *dir,
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
                     "'%s': server-cert.pem and server-key.pem: %s", dir,
                     gnutls_strerror(rc));
+        return false;
+    }
+    if (!nbdsrv_tls_check_server_cert(creds, dir, errp)) {
         return false;
     }
     if (creds->verify_peer) {
@@ -329,28 +366,75 @@ static int nbdsrv_tls_psk_cb(gnutls_session_t session, const char *username,
     return 0;
 }
 
+/*
+ * Read the PSK file @file into *@text (NUL-terminated, *@len bytes; the
+ * caller zeroes and frees it): a regular file of at most
+ * NBDSRV_TLS_MAX_PSK_FILE bytes.
+ */
+static bool nbdsrv_tls_read_psk(const char *file, char **text, size_t *len,
+                                GError **errp)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    const char *why = NULL;
+    struct stat st;
+    size_t got = 0;
+    char *buf;
+
+    if (fd < 0) {
+        why = g_strerror(errno);
+    } else if (fstat(fd, &st) < 0) {
+        why = g_strerror(errno);
+    } else if (!S_ISREG(st.st_mode)) {
+        why = "not a regular file";
+    } else if (st.st_size > NBDSRV_TLS_MAX_PSK_FILE) {
+        why = "larger than 1 MiB";
+    }
+    if (why) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s",
+                    file, why);
+        if (fd >= 0) {
+            close(fd);
+        }
+        return false;
+    }
+    /* What it held when opened: a file growing under us is cut there. */
+    buf = g_malloc(st.st_size + 1);
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, st.st_size - got);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            why = n < 0 ? g_strerror(errno) : NULL;
+            break;
+        }
+        got += n;
+    }
+    close(fd);
+    if (why) {
+        explicit_bzero(buf, got);
+        g_free(buf);
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s",
+                    file, why);
+        return false;
+    }
+    buf[got] = '\0';
+    *text = buf;
+    *len = got;
+    return true;
+}
+
 static bool nbdsrv_tls_load_psk(NbdTlsCreds *creds, const char *file,
                                 GError **errp)
 {
-    g_autoptr(GError) err = NULL;
     char *text = NULL;
-    gsize len = 0;
+    size_t len = 0;
     bool ok = true;
     char *line, *next;
     unsigned lineno = 0;
-    struct stat st;
 
-    if (stat(file, &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_size > NBDSRV_TLS_MAX_PSK_FILE) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "'%s': larger than 1 MiB", file);
-        return false;
-    }
-    if (!g_file_get_contents(file, &text, &len, &err)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID, "'%s': %s",
-                    file, g_strerror(err->domain == G_FILE_ERROR &&
-                                     err->code == G_FILE_ERROR_NOENT
-                                     ? ENOENT : EIO));
+    if (!nbdsrv_tls_read_psk(file, &text, &len, errp)) {
         return false;
     }
     creds->users = g_ptr_array_new_with_free_func(nbdsrv_psk_user_free);
@@ -526,7 +610,13 @@ bool nbdsrv_tls_start(NbdClient *c)
 
     s->client = c;
     s->fd = c->fd;
-    rc = gnutls_init(&s->session, GNUTLS_SERVER | GNUTLS_NONBLOCK);
+    /*
+     * No session tickets (and no session cache): a resumed session would
+     * skip the client certificate's verification, and every connection
+     * of a migration is long-lived anyway.
+     */
+    rc = gnutls_init(&s->session,
+                     GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_TICKETS);
     if (rc < 0) {
         g_free(s);
         return false;

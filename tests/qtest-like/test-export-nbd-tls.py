@@ -288,7 +288,9 @@ def protocol_cases(work, pki, cli, disk):
         srv.stop()
 
     # --tls=on: plaintext is served; STARTTLS forgets plaintext options.
-    srv = Server(work, "on", "--tls-creds", pki, "--tls=on")
+    # No handshake limit: only a failed TLS handshake can close here.
+    srv = Server(work, "on", "--tls-creds", pki, "--tls=on",
+                 "--handshake-limit", "0")
     try:
         s = connect(srv.sock)
         opt(s, OPT_STRUCTURED_REPLY)
@@ -308,6 +310,14 @@ def protocol_cases(work, pki, cli, disk):
         ok(got == [REP_ACK, REP_META_CONTEXT, REP_ACK],
            "... and then they are")
         t.close()
+
+        s = connect(srv.sock)
+        opt(s, OPT_STARTTLS)
+        ok(reply(s)[1] == REP_ACK, "--tls=on: STARTTLS is acknowledged")
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n" + bytes(64))
+        ok(closed(s), "garbage instead of a ClientHello fails the "
+           "handshake: closed")
+        s.close()
     finally:
         srv.stop()
 
@@ -396,6 +406,37 @@ def smoke_cases(work, pki, cli, other):
         srv.stop()
 
 
+def start_case(work):
+    """start --export with --export-tls-psk-file: the export of a running
+    (then completed) mirror speaks TLS, and only TLS."""
+    psk = os.path.join(work, "keys.psk")
+    src = os.path.join(work, "disk.raw")
+    dst = os.path.join(work, "start-dst.raw")
+    sock = os.path.join(work, "start.sock")
+    with open(dst, "wb") as f:
+        f.truncate(os.path.getsize(src))
+    p = subprocess.Popen([TOOL, "start", "--export", "unix:" + sock,
+                          "--export-tls-psk-file", psk, src, dst],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stderr.readline()
+        ok(line.startswith("mirror-tool: exporting the source on unix:"),
+           "start --export-tls-psk-file: exporting (%r)" % line)
+        tls = run("nbdinfo", "nbds+unix://alice@/?socket=%s&tls-psk-file=%s"
+                  % (sock, psk))
+        plain = run("nbdinfo", "nbd+unix:///?socket=" + sock)
+        ok(tls.returncode == 0 and "with TLS" in tls.stdout and
+           plain.returncode != 0,
+           "start's export: a TLS client is served, a plain one refused")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=TMO)[1]
+    ok(p.returncode in (0, 143) and "warning" not in err and
+       "ERROR" not in err, "start exits on SIGTERM (%d: %s)" % (
+           p.returncode, err.strip()[-2000:]))
+
+
 def cli_cases(work, pki):
     disk = os.path.join(work, "disk.raw")
     sock = "unix:" + os.path.join(work, "cli.sock")
@@ -433,6 +474,24 @@ def cli_cases(work, pki):
     shutil.copy(pki + "/server-cert.pem", nokey)
     refused("missing server-key.pem", ["--tls-creds", nokey],
             "--tls-creds '%s': server-key.pem: No such file" % nokey)
+    expired = os.path.join(work, "expired")
+    os.mkdir(expired)
+    for name in ("ca-cert.pem", "server-key.pem"):
+        shutil.copy(os.path.join(pki, name), expired)
+    tmpl = os.path.join(work, "expired.info")
+    with open(tmpl, "w") as f:
+        f.write("cn = localhost\ntls_www_server\nencryption_key\n"
+                "signing_key\nactivation_date = \"2020-01-01 00:00:00 UTC\"\n"
+                "expiration_date = \"2021-01-01 00:00:00 UTC\"\n")
+    subprocess.run(["certtool", "--generate-certificate",
+                    "--load-ca-certificate", pki + "/ca-cert.pem",
+                    "--load-ca-privkey", pki + "/ca-key.pem",
+                    "--load-privkey", expired + "/server-key.pem",
+                    "--template", tmpl,
+                    "--outfile", expired + "/server-cert.pem"],
+                   capture_output=True, check=True)
+    refused("expired server certificate", ["--tls-creds", expired],
+            "server-cert.pem: the certificate is expired")
     refused("--tls without credentials", ["--tls=on"], "--tls needs")
     refused("--tls-authz without credentials", ["--tls-authz", "x"],
             "--tls-authz needs")
@@ -482,6 +541,7 @@ def main():
         pki, cli, other = make_pki(work)
         protocol_cases(work, pki, cli, disk)
         smoke_cases(work, pki, cli, other)
+        start_case(work)
         cli_cases(work, pki)
     finally:
         shutil.rmtree(work, ignore_errors=True)
