@@ -22,8 +22,11 @@
  *                     header (16 bytes, no data) go in plaintext, then
  *                     this harness completes a real TLS handshake (PSK
  *                     user "fuzz") and the rest of the input goes through
- *                     TLS; otherwise everything goes in plaintext, so
- *                     that what follows STARTTLS is a garbage handshake;
+ *                     TLS (in plaintext if the handshake failed);
+ *                     otherwise everything goes in plaintext, so that
+ *                     what follows STARTTLS is plaintext trailing it or,
+ *                     written after the reply (byte 1), a handshake on
+ *                     garbage;
  *   byte 1  how the bytes are written: 0 as much as the socket takes at
  *           a time, N > 0 at most N bytes (one TLS record each), then one
  *           main-loop iteration, so that the server sees headers, options
