@@ -16,12 +16,16 @@
  *           bit 0     the export: clear writable, set read-only;
  *           bits 1-2  TLS: 0 none (NBD_OPT_STARTTLS is unsupported),
  *                     1 a PSK credential, plain clients served too
- *                     (--tls=on), 2 or 3 the same, TLS required;
+ *                     (--tls=on), 2 the same, TLS required, 3 X.509
+ *                     certificates, TLS required, client certificates
+ *                     verified and only the harness's DN authorized
+ *                     (--tls-authz);
  *           bit 3     the client does TLS: with a credential, the bytes
  *                     up to and including the first NBD_OPT_STARTTLS
  *                     header (16 bytes, no data) go in plaintext, then
  *                     this harness completes a real TLS handshake (PSK
- *                     user "fuzz") and the rest of the input goes through
+ *                     user "fuzz", or its client certificate) and the
+ *                     rest of the input goes through
  *                     TLS (in plaintext if the handshake failed);
  *                     otherwise everything goes in plaintext, so that
  *                     what follows STARTTLS is plaintext trailing it or,
@@ -32,7 +36,8 @@
  *           main-loop iteration, so that the server sees headers, options
  *           and payloads split across reads at every point.
  * tests/fuzz/record-nbd-sessions.sh and make-corpus-nbd.py write seeds in
- * this framing.  The PSK file is written into a scratch directory once.
+ * this framing.  The PSK file is written, and the certificates made with
+ * certtool, into a scratch directory once.
  *
  * A crash, a leak, an assertion or a connection that never ends (the
  * pump gives up after FUZZ_MAX_ITERATIONS and aborts) is a bug.
@@ -46,8 +51,10 @@
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "block/block.h"
@@ -64,8 +71,11 @@
 #define FUZZ_F_TLS_SHIFT        1
 #define FUZZ_F_TLS_MASK         0x03
 #define FUZZ_F_TLS_CLIENT       0x08
-/* Servers: [export][TLS none, on, require]. */
-#define FUZZ_TLS_MODES          3
+/* Servers: [export][TLS none, PSK on, PSK require, X.509]. */
+#define FUZZ_TLS_MODES          4
+#define FUZZ_TLS_X509           3
+/* The client certificate's subject, as GnuTLS prints it. */
+#define FUZZ_CLIENT_DN          "CN=fuzz client,O=qemu-mirror"
 /* The client's PSK: nbdkit's "username:hexkey" line. */
 #define FUZZ_PSK_USER           "fuzz"
 #define FUZZ_PSK_HEX            "00112233445566778899aabbccddeeff" \
@@ -75,6 +85,7 @@
 #define FUZZ_TLS_IDLE           100
 /* The client offers plain PSK only: no key exchange to slow each run. */
 #define FUZZ_TLS_PRIORITY       "NORMAL:-KX-ALL:+PSK"
+#define FUZZ_TLS_PRIORITY_X509  "NORMAL"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -83,7 +94,8 @@ static char *fuzz_dir;
 static BlockDriverState *fuzz_bs[2];
 static NbdServer *fuzz_srv[2][FUZZ_TLS_MODES];
 static gnutls_psk_client_credentials_t fuzz_psk;
-static gnutls_priority_t fuzz_prio;
+static gnutls_certificate_credentials_t fuzz_x509;
+static gnutls_priority_t fuzz_prio, fuzz_prio_x509;
 
 static void fuzz_cleanup(void)
 {
@@ -94,19 +106,100 @@ static void fuzz_cleanup(void)
         g_clear_pointer(&fuzz_bs[i], bdrv_unref);
     }
     gnutls_psk_free_client_credentials(fuzz_psk);
+    gnutls_certificate_free_credentials(fuzz_x509);
     gnutls_priority_deinit(fuzz_prio);
+    gnutls_priority_deinit(fuzz_prio_x509);
     test_scratch_free(g_steal_pointer(&fuzz_dir));
 }
 
-/* TLS mode @t (1 on, 2 require) for @srv, from the PSK file @psk. */
-static void fuzz_set_tls(NbdServer *srv, const char *psk, int t)
+/* TLS mode @t (see the top) for @srv, from the PSK file @psk or the
+ * certificates in @x509. */
+static void fuzz_set_tls(NbdServer *srv, const char *psk, const char *x509,
+                         int t)
 {
-    NbdTlsConfig cfg = { .psk_file = psk, .require = t == 2 };
+    static const char *const authz[] = { FUZZ_CLIENT_DN, NULL };
+    NbdTlsConfig cfg = { .psk_file = psk, .require = t >= 2 };
     g_autoptr(GError) err = NULL;
-    NbdTlsCreds *creds = nbdsrv_tls_creds_new(&cfg, &err);
+    NbdTlsCreds *creds;
 
+    if (t == FUZZ_TLS_X509) {
+        cfg = (NbdTlsConfig) {
+            .x509_dir = x509, .verify_peer = true, .require = true,
+            .authz = authz,
+        };
+    }
+    creds = nbdsrv_tls_creds_new(&cfg, &err);
     g_assert_no_error(err);
     nbdsrv_set_tls(srv, creds);
+}
+
+/* Run certtool in @dir with the arguments that follow (up to a NULL);
+ * it must succeed. */
+static void G_GNUC_NULL_TERMINATED fuzz_certtool(const char *dir, ...)
+{
+    g_autoptr(GPtrArray) argv = g_ptr_array_new();
+    g_autoptr(GError) err = NULL;
+    const char *a;
+    va_list ap;
+    int status;
+
+    g_ptr_array_add(argv, (gpointer)"certtool");
+    va_start(ap, dir);
+    while ((a = va_arg(ap, const char *))) {
+        g_ptr_array_add(argv, (gpointer)a);
+    }
+    va_end(ap);
+    g_ptr_array_add(argv, NULL);
+    g_assert(g_spawn_sync(dir, (char **)argv->pdata, NULL,
+                          G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL |
+                          G_SPAWN_STDERR_TO_DEV_NULL, NULL, NULL, NULL, NULL,
+                          &status, &err));
+    g_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* @name-key.pem and @name-cert.pem in @dir, signed by its CA, from the
+ * template lines @tmpl. */
+static void fuzz_cert(const char *dir, const char *name, const char *tmpl)
+{
+    g_autofree char *key = g_strdup_printf("%s-key.pem", name);
+    g_autofree char *cert = g_strdup_printf("%s-cert.pem", name);
+    g_autofree char *t = g_build_filename(dir, "t.info", NULL);
+
+    g_assert(g_file_set_contents(t, tmpl, -1, NULL));
+    fuzz_certtool(dir, "--generate-privkey", "--key-type=ecdsa",
+                  "--outfile", key, NULL);
+    fuzz_certtool(dir, "--generate-certificate", "--load-ca-certificate",
+                  "ca-cert.pem", "--load-ca-privkey", "ca-key.pem",
+                  "--load-privkey", key, "--template", "t.info",
+                  "--outfile", cert, NULL);
+}
+
+/* A CA, the server's certificate and the client's in @dir (qemu-nbd's
+ * layout, plus client-*.pem), and the client's credentials. */
+static void fuzz_make_x509(const char *dir)
+{
+    g_autofree char *t = g_build_filename(dir, "t.info", NULL);
+    g_autofree char *ca = g_build_filename(dir, "ca-cert.pem", NULL);
+    g_autofree char *cert = g_build_filename(dir, "client-cert.pem", NULL);
+    g_autofree char *key = g_build_filename(dir, "client-key.pem", NULL);
+
+    g_assert(g_mkdir_with_parents(dir, 0700) == 0);
+    g_assert(g_file_set_contents(t, "cn = fuzz CA\nca\ncert_signing_key\n",
+                                 -1, NULL));
+    fuzz_certtool(dir, "--generate-privkey", "--key-type=ecdsa",
+                  "--outfile", "ca-key.pem", NULL);
+    fuzz_certtool(dir, "--generate-self-signed", "--load-privkey",
+                  "ca-key.pem", "--template", "t.info", "--outfile",
+                  "ca-cert.pem", NULL);
+    fuzz_cert(dir, "server", "cn = fuzz server\ntls_www_server\n"
+              "encryption_key\nsigning_key\n");
+    fuzz_cert(dir, "client", "cn = fuzz client\norganization = qemu-mirror\n"
+              "tls_www_client\nencryption_key\nsigning_key\n");
+    g_assert(gnutls_certificate_allocate_credentials(&fuzz_x509) == 0);
+    g_assert(gnutls_certificate_set_x509_trust_file(fuzz_x509, ca,
+                                                    GNUTLS_X509_FMT_PEM) == 1);
+    g_assert(gnutls_certificate_set_x509_key_file(fuzz_x509, cert, key,
+                                                  GNUTLS_X509_FMT_PEM) == 0);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -116,6 +209,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                        "/dev/shm" : g_get_tmp_dir();
     g_autofree char *tmpl = g_build_filename(base, "fuzz-nbd-XXXXXX", NULL);
     g_autofree char *psk = NULL;
+    g_autofree char *x509 = NULL;
     gnutls_datum_t key = {
         .data = (unsigned char *)FUZZ_PSK_HEX,
         .size = strlen(FUZZ_PSK_HEX),
@@ -140,6 +234,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                                GNUTLS_PSK_KEY_HEX) == 0);
     g_assert(gnutls_priority_init(&fuzz_prio, FUZZ_TLS_PRIORITY,
                                   NULL) == 0);
+    g_assert(gnutls_priority_init(&fuzz_prio_x509, FUZZ_TLS_PRIORITY_X509,
+                                  NULL) == 0);
+    x509 = g_build_filename(fuzz_dir, "x509", NULL);
+    fuzz_make_x509(x509);
     for (int i = 0; i < 2; i++) {
         fuzz_bs[i] = test_open(FUZZ_EXPORT_SPEC, NULL,
                                i ? 0 : BDRV_O_RDWR);
@@ -153,7 +251,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                         &err);
             g_assert_no_error(err);
             if (t) {
-                fuzz_set_tls(fuzz_srv[i][t], psk, t);
+                fuzz_set_tls(fuzz_srv[i][t], psk, x509, t);
             }
         }
     }
@@ -165,6 +263,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 typedef struct FuzzClient {
     NbdServer *srv;
     int fd;
+    bool x509;                  /* the server has certificates, not a PSK */
     gnutls_session_t tls;       /* NULL: plaintext */
     bool tls_dead;              /* no TLS (any more): reads go straight to
                                  * the socket; with @tls, what is left of
@@ -292,9 +391,16 @@ static bool fuzz_tls_handshake(FuzzClient *fc, int *iter)
         return false;
     }
     g_assert(gnutls_init(&fc->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK) == 0);
-    g_assert(gnutls_priority_set(fc->tls, fuzz_prio) == 0);
-    g_assert(gnutls_credentials_set(fc->tls, GNUTLS_CRD_PSK,
-                                    fuzz_psk) == 0);
+    if (fc->x509) {
+        /* The server's certificate is not checked: it is ours. */
+        g_assert(gnutls_priority_set(fc->tls, fuzz_prio_x509) == 0);
+        g_assert(gnutls_credentials_set(fc->tls, GNUTLS_CRD_CERTIFICATE,
+                                        fuzz_x509) == 0);
+    } else {
+        g_assert(gnutls_priority_set(fc->tls, fuzz_prio) == 0);
+        g_assert(gnutls_credentials_set(fc->tls, GNUTLS_CRD_PSK,
+                                        fuzz_psk) == 0);
+    }
     gnutls_transport_set_int(fc->tls, fc->fd);
     for (; *iter < FUZZ_MAX_ITERATIONS; ++*iter) {
         rc = gnutls_handshake(fc->tls);
@@ -327,8 +433,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < FUZZ_HEADER_SIZE) {
         return -1;
     }
-    tls_mode = MIN((data[0] >> FUZZ_F_TLS_SHIFT) & FUZZ_F_TLS_MASK, 2);
+    tls_mode = (data[0] >> FUZZ_F_TLS_SHIFT) & FUZZ_F_TLS_MASK;
     fc.srv = fuzz_srv[data[0] & FUZZ_F_READ_ONLY][tls_mode];
+    fc.x509 = tls_mode == FUZZ_TLS_X509;
     fc.split = data[1] ? data[1] : SIZE_MAX;
     plain = (data[0] & FUZZ_F_TLS_CLIENT) && tls_mode ?
             fuzz_starttls_end(data + FUZZ_HEADER_SIZE,

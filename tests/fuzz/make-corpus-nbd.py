@@ -22,7 +22,7 @@ REQ = 0x25609513
 (OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO,
  OPT_STRUCTURED, OPT_LIST_META, OPT_SET_META) = 1, 2, 3, 5, 6, 7, 8, 9, 10
 # The first framing byte: the export, the server's TLS, the client's.
-RO, TLS_ON, TLS_REQUIRE, TLS_CLIENT = 0x01, 0x02, 0x04, 0x08
+RO, TLS_ON, TLS_REQUIRE, TLS_X509, TLS_CLIENT = 0x01, 0x02, 0x04, 0x06, 0x08
 (READ, WRITE, DISC, FLUSH, TRIM, WZ, BLOCK_STATUS) = 0, 1, 2, 3, 4, 6, 7
 FUA, NO_HOLE, DF, REQ_ONE, FAST_ZERO = 1, 2, 4, 8, 16
 KiB, MiB = 1 << 10, 1 << 20
@@ -134,6 +134,11 @@ seeds.update({
     "tls-client-read-only-split-7": bytes([TLS_REQUIRE | TLS_CLIENT | RO,
                                            7]) +
     FLAGS + STARTTLS + opt(OPT_STRUCTURED) + go(b"") + IO,
+    # X.509 with a client certificate the server verifies and authorizes.
+    "tls-x509-client-go-structured": bytes([TLS_X509 | TLS_CLIENT, 0]) +
+    FLAGS + STARTTLS + opt(OPT_STRUCTURED) + meta(OPT_SET_META) + go() + IO,
+    "tls-x509-required-refusals": bytes([TLS_X509, 0]) + FLAGS +
+    opt(OPT_LIST) + go() + opt(OPT_EXPORT_NAME, b"exp"),
 })
 
 out = sys.argv[1]

@@ -19,10 +19,11 @@
 # NBD_OPT_STARTTLS and a real client hello, which the target sends 20
 # bytes at a time (so that the hello comes after the STARTTLS reply, not
 # as plaintext trailing it) to its own server with that PSK, which
-# requires TLS.  And a few plain sessions become tls-client-* files:
-# NBD_OPT_STARTTLS inserted after the client flags, as libnbd and QEMU
-# send it, with the framing byte that has the target do the handshake
-# itself and send the rest through TLS.
+# requires TLS.  And a few plain sessions become tls-client-* and
+# tls-x509-client-* files: NBD_OPT_STARTTLS inserted after the client
+# flags, as libnbd and QEMU send it, with the framing byte that has the
+# target do the handshake itself (PSK, or X.509 with its client
+# certificate) and send the rest through TLS.
 #
 #   record-nbd-sessions.sh [OUTDIR [MIRROR_TOOL]]
 #       (defaults: the corpus-nbd/ next to this script, and
@@ -235,16 +236,25 @@ while read -r n; do
     done
 done <names
 
-# tls-client-NAME from a few plain sessions NAME (see the top).
-for n in nbdinfo nbdinfo-list nbdcopy-to qemu-io-aio qemu-io-write-zeroes \
-         qemu-img-map mirror-tool-convert-to; do
-    python3 - "$out/$n" "$out/tls-client-$n" <<'PY'
+# tls-client-NAME (PSK) and tls-x509-client-NAME from a few plain
+# sessions NAME (see the top).
+# tls_client NAME OUT TLS: OUT from NAME, TLS the framing byte's TLS bits.
+tls_client()
+{
+    python3 - "$out/$1" "$out/$2" "$3" <<'PY'
 import struct, sys
 d = open(sys.argv[1], "rb").read()
 starttls = struct.pack(">QII", 0x49484156454f5054, 5, 0)
-# Framing: the export bit kept, TLS required, the target does TLS.
-hdr = bytes([(d[0] & 1) | 0x04 | 0x08, d[1]])
+# Framing: the export bit kept, the TLS bits given, the target does TLS.
+hdr = bytes([(d[0] & 1) | int(sys.argv[3]) | 0x08, d[1]])
 open(sys.argv[2], "wb").write(hdr + d[2:6] + starttls + d[6:])
 PY
+}
+for n in nbdinfo nbdinfo-list nbdcopy-to qemu-io-aio qemu-io-write-zeroes \
+         qemu-img-map mirror-tool-convert-to; do
+    tls_client "$n" "tls-client-$n" 4          # PSK, required
+done
+for n in nbdinfo qemu-io-aio mirror-tool-convert-to; do
+    tls_client "$n" "tls-x509-client-$n" 6     # X.509
 done
 ls -l "$out"
