@@ -3,6 +3,8 @@
 #   run-fuzz.sh FUZZER CORPUS ARTIFACT_DIR [libFuzzer options...]
 # FUZZ_TIME (seconds, default 60) bounds the run.  Exit 0 when nothing was
 # found; otherwise libFuzzer's status, with the reproducer in ARTIFACT_DIR.
+# A crash exits 1, not libFuzzer's default 77, which meson counts as a
+# skip.
 set -euo pipefail
 fuzzer=$1 corpus=$2 artifacts=$3
 shift 3
@@ -19,6 +21,6 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=1
 status=0
 "$fuzzer" -max_total_time="${FUZZ_TIME:-60}" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=256 -max_len=262144 \
-    -artifact_prefix="$artifacts/" -print_final_stats=1 "$@" \
-    "$work/corpus" || status=$?
+    -error_exitcode=1 -artifact_prefix="$artifacts/" -print_final_stats=1 \
+    "$@" "$work/corpus" || status=$?
 exit $status
