@@ -76,7 +76,7 @@ int cmd_serve(int argc, char **argv)
     g_autofree char *open_opts = NULL;
     g_autoptr(GHashTable) user_opts = NULL;
     g_autoptr(GHashTable) opts = NULL;
-    g_auto(ToolExportLimits) lim = { 0 };
+    g_auto(ToolExportOpts) eo = { 0 };
     g_autoptr(BlockDriverState) bs = NULL;
     g_autoptr(GError) err = NULL;
     gboolean read_only = FALSE;
@@ -89,7 +89,7 @@ int cmd_serve(int argc, char **argv)
           "export name (default: \"\", the default export)", "NAME" },
         { "read-only", 'r', 0, G_OPTION_ARG_NONE, &read_only,
           "open the image read-only and refuse writes", NULL },
-        TOOL_EXPORT_LIMITS_ENTRIES(&lim, "", 'e'),
+        TOOL_EXPORT_OPTS_ENTRIES(&eo, "", 'e'),
         TOOL_THREADS_ENTRY,
         { NULL },
     };
@@ -98,15 +98,18 @@ int cmd_serve(int argc, char **argv)
         "ADDR is unix:PATH or tcp:HOST:PORT (PORT 0 picks a free port).\n"
         "Once listening, \"serving on ADDR\" is printed on stdout.\n"
         "A client that stops reading or sending stalls only itself: see\n"
-        "docs/security.md for the limits.";
+        "docs/security.md for the limits.  --tls-creds or --tls-psk-file\n"
+        "serve TLS (required of every client unless --tls=on); without\n"
+        "it (or with --tls=on) an address other hosts reach needs\n"
+        "--insecure.";
 
     if (!tool_parse_options("ADDR IMG", summary, entries, &argc, &argv) ||
         !tool_expect_args("serve", argc, 2, "an address and an image") ||
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return TOOL_EXIT_USAGE;
     }
-    if (!tool_export_limits_apply(&lim, "--", NULL) ||
-        !tool_export_check_addr(&lim, "--", argv[1])) {
+    /* Credentials too, before the image is opened. */
+    if (!tool_export_opts_check(&eo, "--", argv[1])) {
         return TOOL_EXIT_USAGE;
     }
     if (!tool_check_format("-f", format)) {
@@ -124,7 +127,7 @@ int cmd_serve(int argc, char **argv)
         return err->code == BLOCK_ERROR_INVALID ? TOOL_EXIT_USAGE
                                                 : TOOL_EXIT_FAILURE;
     }
-    tool_export_limits_apply(&lim, "--", srv);     /* checked above */
+    tool_export_opts_apply(&eo, "--", srv);        /* checked above */
     sigint = g_unix_signal_add(SIGINT, serve_signal_cb, &s);
     sigterm = g_unix_signal_add(SIGTERM, serve_signal_cb, &s);
     /* A dropped ssh session: stop as on SIGTERM, flushing what we served. */

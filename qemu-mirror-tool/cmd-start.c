@@ -319,7 +319,7 @@ int cmd_start(int argc, char **argv)
     const char *served = NULL;
     int flush_ret;
     int ret = TOOL_EXIT_USAGE;
-    g_auto(ToolExportLimits) export_lim = { 0 };
+    g_auto(ToolExportOpts) export_opts = { 0 };
     g_autofree char *export_opt = NULL;
     g_autofree char *qmp_max_clients_str = NULL;
     g_autofree char *qmp_max_output_str = NULL;
@@ -383,7 +383,7 @@ int cmd_start(int argc, char **argv)
           "after a cancel the source, until SIGINT/SIGTERM/quit", "ADDR" },
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
-        TOOL_EXPORT_LIMITS_ENTRIES(&export_lim, "export-", 0),
+        TOOL_EXPORT_OPTS_ENTRIES(&export_opts, "export-", 0),
         { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
           "QMP clients at a time, 1..1024 (default 16)", "N" },
         { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &qmp_max_output_str,
@@ -421,7 +421,7 @@ int cmd_start(int argc, char **argv)
         goto out;
     }
     /* The listeners' limits, before anything is opened. */
-    export_opt = tool_export_limits_given(&export_lim, "--export-");
+    export_opt = tool_export_opts_given(&export_opts, "--export-");
     {
         const char *qmp_opt =
             qmp_max_clients_str ? "--qmp-max-clients" :
@@ -438,9 +438,7 @@ int cmd_start(int argc, char **argv)
             goto out;
         }
     }
-    if (!tool_export_limits_apply(&export_lim, "--export-", NULL) ||
-        (o.export_addr &&
-         !tool_export_check_addr(&export_lim, "--export-", o.export_addr))) {
+    if (!tool_export_opts_check(&export_opts, "--export-", o.export_addr)) {
         goto out;
     }
     if ((qmp_max_clients_str &&
@@ -496,7 +494,7 @@ int cmd_start(int argc, char **argv)
             goto out;
         }
         /* Checked above, before anything was opened. */
-        tool_export_limits_apply(&export_lim, "--export-", export);
+        tool_export_opts_apply(&export_opts, "--export-", export);
         mirror_job_set_top(job, top);
         /* Like serve's "serving on ADDR", with PORT 0 resolved; on stderr,
          * as stdout may carry --json events. */

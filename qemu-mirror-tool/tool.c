@@ -354,20 +354,27 @@ int tool_finish_stdout(int ret)
     return ret == TOOL_EXIT_OK ? TOOL_EXIT_FAILURE : ret;
 }
 
-char *tool_export_limits_given(const ToolExportLimits *l, const char *prefix)
+char *tool_export_opts_given(const ToolExportOpts *o, const char *prefix)
 {
-    const char *name = l->shared ? "shared" :
-                       l->payload_timeout ? "payload-timeout" :
-                       l->handshake_limit ? "handshake-limit" :
-                       l->reply_timeout ? "reply-timeout" :
-                       l->budget ? "budget" :
-                       l->insecure ? "insecure" : NULL;
+    const char *name = o->shared ? "shared" :
+                       o->payload_timeout ? "payload-timeout" :
+                       o->handshake_limit ? "handshake-limit" :
+                       o->reply_timeout ? "reply-timeout" :
+                       o->budget ? "budget" :
+                       o->insecure ? "insecure" :
+                       o->tls_creds ? "tls-creds" :
+                       o->tls_psk_file ? "tls-psk-file" :
+                       o->tls ? "tls" :
+                       o->tls_verify_peer ? "tls-verify-peer" :
+                       o->tls_authz ? "tls-authz" : NULL;
 
     return name ? g_strconcat(prefix, name, NULL) : NULL;
 }
 
-bool tool_export_check_addr(const ToolExportLimits *l, const char *prefix,
-                            const char *addr)
+/* Refuse @addr where other hosts reach it while plain clients are served
+ * (no TLS, or --tls=on) and --insecure was not given. */
+static bool tool_export_check_addr(const ToolExportOpts *o,
+                                   const char *prefix, const char *addr)
 {
     g_autoptr(GError) err = NULL;
     bool remote;
@@ -376,11 +383,89 @@ bool tool_export_check_addr(const ToolExportLimits *l, const char *prefix,
         tool_error("%s", err->message);
         return false;
     }
-    if (remote && !l->insecure) {
+    if (!remote || o->insecure ||
+        (o->creds && nbdsrv_tls_creds_required(o->creds))) {
+        return true;
+    }
+    if (o->creds) {
+        tool_error("'%s' can be reached from other hosts, and %stls=on "
+                   "serves clients without TLS too: anyone who reaches it "
+                   "could read and write the disk; drop %stls=on (TLS is "
+                   "then required), or give %sinsecure", addr, prefix,
+                   prefix, prefix);
+    } else {
         tool_error("'%s' can be reached from other hosts, and the export "
                    "has no TLS: anyone who reaches it could read and write "
-                   "the disk; serve on a loopback address or a UNIX "
-                   "socket, or give %sinsecure", addr, prefix);
+                   "the disk; give %stls-creds or %stls-psk-file, serve on "
+                   "a loopback address or a UNIX socket, or give %sinsecure",
+                   addr, prefix, prefix, prefix);
+    }
+    return false;
+}
+
+/* The TLS options of @o: checked, and the credentials loaded. */
+static bool tool_export_tls_load(ToolExportOpts *o, const char *prefix)
+{
+    static const char *const tls_modes[] = { "on", "require", NULL };
+    static const char *const on_off[] = { "on", "off", NULL };
+    g_autofree char *tls_opt = g_strconcat(prefix, "tls", NULL);
+    g_autofree char *verify_opt = g_strconcat(prefix, "tls-verify-peer",
+                                              NULL);
+    g_autoptr(GError) err = NULL;
+    int mode = 1, peer = 0;      /* require; on */
+    NbdTlsConfig cfg;
+
+    if (o->tls_creds && o->tls_psk_file) {
+        tool_error("%stls-creds and %stls-psk-file: give one kind of "
+                   "credentials", prefix, prefix);
+        return false;
+    }
+    if (!o->tls_creds && !o->tls_psk_file) {
+        const char *name = o->tls ? "tls" :
+                           o->tls_verify_peer ? "tls-verify-peer" :
+                           o->tls_authz ? "tls-authz" : NULL;
+
+        if (name) {
+            tool_error("%s%s needs %stls-creds or %stls-psk-file", prefix,
+                       name, prefix, prefix);
+            return false;
+        }
+        return true;
+    }
+    if (!tool_parse_choice(tls_opt, o->tls, tls_modes, &mode) ||
+        !tool_parse_choice(verify_opt, o->tls_verify_peer, on_off,
+                           &peer)) {
+        return false;
+    }
+    if (o->tls_psk_file && o->tls_verify_peer) {
+        tool_error("%s needs %stls-creds: a pre-shared key authenticates "
+                   "both ends", verify_opt, prefix);
+        return false;
+    }
+    for (char **a = o->tls_authz; o->tls_creds && a && *a; a++) {
+        if (peer == 1) {
+            tool_error("%stls-authz needs %s=on: a certificate that is not "
+                       "verified proves no name", prefix, verify_opt);
+            return false;
+        }
+        if (!strchr(*a, '=')) {
+            tool_error("%stls-authz '%s': expected a distinguished name "
+                       "such as CN=client,O=Example", prefix, *a);
+            return false;
+        }
+    }
+    cfg = (NbdTlsConfig) {
+        .x509_dir = o->tls_creds,
+        .psk_file = o->tls_psk_file,
+        .verify_peer = peer == 0,
+        .require = mode == 1,
+        .authz = (const char *const *)o->tls_authz,
+    };
+    o->creds = nbdsrv_tls_creds_new(&cfg, &err);
+    if (!o->creds) {
+        tool_error("%s%s %s", prefix,
+                   o->tls_creds ? "tls-creds" : "tls-psk-file",
+                   err->message);
         return false;
     }
     return true;
@@ -401,8 +486,9 @@ static bool tool_export_count(const char *prefix, const char *name,
     return true;
 }
 
-bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
-                              NbdServer *srv)
+/* Check the limits of @o and, with @srv, set them on it. */
+static bool tool_export_limits_apply(const ToolExportOpts *l,
+                                     const char *prefix, NbdServer *srv)
 {
     int64_t shared = NBDSRV_DEFAULT_SHARED;
     int64_t payload_s = NBDSRV_DEFAULT_PAYLOAD_MS / 1000;
@@ -442,12 +528,33 @@ bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
     return true;
 }
 
-void tool_export_limits_clear(ToolExportLimits *l)
+bool tool_export_opts_check(ToolExportOpts *o, const char *prefix,
+                            const char *addr)
 {
-    g_free(l->shared);
-    g_free(l->payload_timeout);
-    g_free(l->handshake_limit);
-    g_free(l->reply_timeout);
-    g_free(l->budget);
-    *l = (ToolExportLimits) { 0 };
+    return tool_export_limits_apply(o, prefix, NULL) &&
+           (!addr || (tool_export_tls_load(o, prefix) &&
+                      tool_export_check_addr(o, prefix, addr)));
+}
+
+void tool_export_opts_apply(ToolExportOpts *o, const char *prefix,
+                            NbdServer *srv)
+{
+    tool_export_limits_apply(o, prefix, srv);      /* checked before */
+    nbdsrv_set_tls(srv, g_steal_pointer(&o->creds));
+}
+
+void tool_export_opts_clear(ToolExportOpts *o)
+{
+    g_free(o->shared);
+    g_free(o->payload_timeout);
+    g_free(o->handshake_limit);
+    g_free(o->reply_timeout);
+    g_free(o->budget);
+    g_free(o->tls_creds);
+    g_free(o->tls_psk_file);
+    g_free(o->tls);
+    g_free(o->tls_verify_peer);
+    g_strfreev(o->tls_authz);
+    nbdsrv_tls_creds_free(o->creds);
+    *o = (ToolExportOpts) { 0 };
 }

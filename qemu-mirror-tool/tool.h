@@ -229,83 +229,114 @@ gboolean tool_opt_threads(const gchar *name, const gchar *value,
       "worker threads for file I/O, 1..256 (default 16)", "N" }
 
 /*
- * The NBD export's limits as typed: serve's --shared, --payload-timeout,
- * --handshake-limit, --reply-timeout and --budget, or start's --export-*
- * spelling of the same, and --insecure (whether the export may listen
- * where other hosts reach it: tool_export_check_addr()).  The strings are
+ * The NBD export's options as typed: serve's --shared, --payload-timeout,
+ * --handshake-limit, --reply-timeout, --budget, --insecure and the --tls*
+ * options, or start's --export-* spelling of the same.  The strings are
  * GOptionEntry targets, NULL when not given (the export's defaults hold).
  */
-typedef struct ToolExportLimits {
+typedef struct ToolExportOpts {
+    /* limits */
     char *shared;
     char *payload_timeout;
     char *handshake_limit;
     char *reply_timeout;
     char *budget;
-    gboolean insecure;          /* serve where other hosts reach it */
-} ToolExportLimits;
+    gboolean insecure;          /* serve plain clients where other hosts
+                                 * reach it: tool_export_opts_check() */
+    /* TLS */
+    char *tls_creds;            /* X.509 directory */
+    char *tls_psk_file;
+    char *tls;                  /* on | require */
+    char *tls_verify_peer;      /* on | off */
+    char **tls_authz;
+    NbdTlsCreds *creds;         /* loaded by tool_export_opts_check() */
+} ToolExportOpts;
 
 /*
- * The options of ToolExportLimits *@l, named @prefix ("" for serve,
+ * The options of ToolExportOpts *@o, named @prefix ("" for serve,
  * "export-" for start) and the rest, @shared_short the short name of the
  * first (0: none).  @prefix must be a string literal.
  */
-#define TOOL_EXPORT_LIMITS_ENTRIES(l, prefix, shared_short) \
+#define TOOL_EXPORT_OPTS_ENTRIES(o, prefix, shared_short) \
     { prefix "shared", (shared_short), 0, G_OPTION_ARG_STRING, \
-      &(l)->shared, \
+      &(o)->shared, \
       "the export serves at most N connections at once, 1..1024 " \
       "(default 16)", "N" }, \
     { prefix "payload-timeout", 0, 0, G_OPTION_ARG_STRING, \
-      &(l)->payload_timeout, \
+      &(o)->payload_timeout, \
       "the export drops a client whose WRITE payload has not arrived " \
       "SECONDS after its header, 0..86400, 0: never (default 30)", \
       "SECONDS" }, \
     { prefix "handshake-limit", 0, 0, G_OPTION_ARG_STRING, \
-      &(l)->handshake_limit, \
+      &(o)->handshake_limit, \
       "the export drops a client that has not finished the handshake " \
-      "SECONDS after connecting, 0..86400, 0: never (default 10)", \
-      "SECONDS" }, \
+      "(TLS included) SECONDS after connecting, 0..86400, 0: never " \
+      "(default 10)", "SECONDS" }, \
     { prefix "reply-timeout", 0, 0, G_OPTION_ARG_STRING, \
-      &(l)->reply_timeout, \
+      &(o)->reply_timeout, \
       "the export drops a client whose unsent replies make no progress " \
       "for SECONDS, 0..86400, 0: never (default 30)", "SECONDS" }, \
-    { prefix "budget", 0, 0, G_OPTION_ARG_STRING, &(l)->budget, \
+    { prefix "budget", 0, 0, G_OPTION_ARG_STRING, &(o)->budget, \
       "bytes of request buffers and unsent replies of the export over " \
       "all clients, at least --" prefix "shared x 33M, at most 1T " \
       "(default: 1G, or --" prefix "shared x 33M if more)", "SIZE" }, \
-    { prefix "insecure", 0, 0, G_OPTION_ARG_NONE, &(l)->insecure, \
+    { prefix "insecure", 0, 0, G_OPTION_ARG_NONE, &(o)->insecure, \
       "serve on an address other hosts can reach (not loopback, not a " \
-      "UNIX socket) although the export has no TLS: whoever reaches it " \
-      "can read and write the disk", NULL }
+      "UNIX socket) although the export serves clients without TLS: " \
+      "whoever reaches it can read and write the disk", NULL }, \
+    { prefix "tls-creds", 0, 0, G_OPTION_ARG_FILENAME, &(o)->tls_creds, \
+      "TLS with X.509 certificates from DIR: ca-cert.pem, " \
+      "server-cert.pem, server-key.pem, ca-crl.pem if present " \
+      "(qemu-nbd's layout)", "DIR" }, \
+    { prefix "tls-psk-file", 0, 0, G_OPTION_ARG_FILENAME, \
+      &(o)->tls_psk_file, \
+      "TLS with the pre-shared keys of FILE, lines username:hexkey " \
+      "(nbdkit's format, psktool makes it)", "FILE" }, \
+    { prefix "tls", 0, 0, G_OPTION_ARG_STRING, &(o)->tls, \
+      "require: clients must start TLS before any other option " \
+      "(default with credentials); on: plain clients are served too", \
+      "on|require" }, \
+    { prefix "tls-verify-peer", 0, 0, G_OPTION_ARG_STRING, \
+      &(o)->tls_verify_peer, \
+      "with --" prefix "tls-creds: on (default): a client needs a " \
+      "certificate signed by ca-cert.pem and valid now; off: none is " \
+      "asked for", "on|off" }, \
+    { prefix "tls-authz", 0, 0, G_OPTION_ARG_STRING_ARRAY, \
+      &(o)->tls_authz, \
+      "only these clients may connect (repeatable): with --" prefix \
+      "tls-creds one certificate subject DN as certtool -i prints it, " \
+      "e.g. CN=client,O=Example; with --" prefix "tls-psk-file user " \
+      "names separated by commas (default: whoever the credentials " \
+      "authenticate)", "NAME" }
 
 /*
- * The first option of @l that was given, spelt with @prefix ("--" or
+ * The first option of @o that was given, spelt with @prefix ("--" or
  * "--export-"), for "... needs --export ADDR"; NULL if none was.  Caller
  * frees.
  */
-char *tool_export_limits_given(const ToolExportLimits *l,
-                               const char *prefix);
+char *tool_export_opts_given(const ToolExportOpts *o, const char *prefix);
 
 /*
- * Check every limit of @l, naming each option with @prefix, and set them
- * on @srv; with @srv NULL only check (before anything is opened: a bad
- * value is bad usage).  Prints "--budget '1M': must be between ..." and
- * returns false on the first bad value.
+ * Check every option of @o, naming each with @prefix, before anything is
+ * opened: the limits, the TLS options, whose credentials are loaded into
+ * @o->creds, and the address @addr (NULL: no export, only the limits are
+ * checked).  An address other hosts reach (nbdsrv_addr_is_remote()) is
+ * refused unless TLS is required of every client or @prefix@"insecure"
+ * was given.  Prints the first bad value, e.g. "--budget '1M': must be
+ * between ..." or "--tls-creds 'DIR': server-key.pem: No such file or
+ * directory", and returns false (bad usage).
  */
-bool tool_export_limits_apply(const ToolExportLimits *l, const char *prefix,
-                              NbdServer *srv);
-
-/*
- * Refuse @addr, the export's address, when other hosts can reach it
- * (nbdsrv_addr_is_remote()) and @l->insecure was not given: the export
- * has no TLS.  Prints the refusal (or a bad address) naming the option
- * @prefix@"insecure" and returns false; before anything is opened.
- */
-bool tool_export_check_addr(const ToolExportLimits *l, const char *prefix,
+bool tool_export_opts_check(ToolExportOpts *o, const char *prefix,
                             const char *addr);
 
-/* Free @l's strings (g_auto(ToolExportLimits) calls it). */
-void tool_export_limits_clear(ToolExportLimits *l);
-G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolExportLimits, tool_export_limits_clear)
+/* Set the options of @o, checked by tool_export_opts_check(), on @srv;
+ * the credentials go to @srv. */
+void tool_export_opts_apply(ToolExportOpts *o, const char *prefix,
+                            NbdServer *srv);
+
+/* Free @o's strings and credentials (g_auto(ToolExportOpts) calls it). */
+void tool_export_opts_clear(ToolExportOpts *o);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolExportOpts, tool_export_opts_clear)
 
 /* Print the JSON node @node (consumed) on stdout, pretty when @pretty. */
 typedef struct _JsonNode JsonNode;

@@ -10,6 +10,14 @@
  * Output is a queue of pieces sent with sendmsg() when the socket is
  * writable.  See block/export/nbd-server-int.h for the lifetime rules.
  *
+ * After NBD_OPT_STARTTLS the same happens through TLS
+ * (nbd-server-tls.c): input is decrypted into the same buffers, and output
+ * goes one record at a time, small pieces (replies and the headers of the
+ * data that follows them) gathered into one record rather than a record
+ * each.  Input GnuTLS buffered past the socket does not make the fd
+ * readable: whenever the connection wants input and some is buffered, an
+ * idle kick reads it.
+ *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -248,6 +256,51 @@ static int nbdsrv_out_iov(NbdClient *c, struct iovec *iov)
     return n;
 }
 
+/*
+ * Send one TLS record of the output: straight from a piece's data when a
+ * whole record of it is next, else the next pieces gathered into
+ * c->tls_stage (a reply header and the start of its data, or many small
+ * replies).  As sendmsg().
+ */
+static ssize_t nbdsrv_client_send_tls(NbdClient *c)
+{
+    NbdOut *o = g_queue_peek_head(&c->out);
+    size_t len = 0;
+
+    if (o->sent >= o->hdr_len &&
+        o->hdr_len + o->data_len - o->sent >= NBDSRV_TLS_RECORD) {
+        return nbdsrv_tls_send(c, (uint8_t *)o->data + o->sent - o->hdr_len,
+                               NBDSRV_TLS_RECORD);
+    }
+    if (!c->tls_stage) {
+        c->tls_stage = g_malloc(NBDSRV_TLS_RECORD);
+    }
+    for (GList *l = c->out.head; l && len < NBDSRV_TLS_RECORD; l = l->next) {
+        size_t pos;
+
+        o = l->data;
+        pos = l == c->out.head ? o->sent : 0;
+        if (pos < o->hdr_len) {
+            size_t n = MIN(o->hdr_len - pos, NBDSRV_TLS_RECORD - len);
+
+            memcpy(c->tls_stage + len, o->hdr + pos, n);
+            len += n;
+            pos += n;
+        }
+        if (pos >= o->hdr_len && len < NBDSRV_TLS_RECORD) {
+            size_t n = MIN(o->hdr_len + o->data_len - pos,
+                           NBDSRV_TLS_RECORD - len);
+
+            if (n) {
+                memcpy(c->tls_stage + len,
+                       (uint8_t *)o->data + pos - o->hdr_len, n);
+            }
+            len += n;
+        }
+    }
+    return nbdsrv_tls_send(c, c->tls_stage, len);
+}
+
 /* Send what the socket takes.  Returns false when the client was closed. */
 static bool nbdsrv_client_send(NbdClient *c)
 {
@@ -258,8 +311,12 @@ static bool nbdsrv_client_send(NbdClient *c)
         struct msghdr msg = { .msg_iov = iov };
         ssize_t n;
 
-        msg.msg_iovlen = nbdsrv_out_iov(c, iov);
-        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (c->tls_ready) {
+            n = nbdsrv_client_send_tls(c);
+        } else {
+            msg.msg_iovlen = nbdsrv_out_iov(c, iov);
+            n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -292,13 +349,32 @@ static bool nbdsrv_client_send(NbdClient *c)
     return true;
 }
 
+/* One step of the TLS handshake; on success negotiation goes on, in
+ * TLS. */
+static void nbdsrv_client_tls_step(NbdClient *c)
+{
+    int rc = nbdsrv_tls_handshake(c);
+
+    if (rc < 0) {
+        nbdsrv_client_close(c, false);
+    } else if (rc > 0) {
+        c->rstate = NBDR_OPT_HEADER;
+    }
+}
+
 static gboolean nbdsrv_client_writable(int fd, GIOCondition cond,
                                        gpointer opaque)
 {
     NbdClient *c = opaque;
+    bool ok = true;
 
     nbdsrv_client_ref(c);
-    if (nbdsrv_client_send(c)) {
+    if (!g_queue_is_empty(&c->out)) {
+        ok = nbdsrv_client_send(c);
+    } else if (c->rstate == NBDR_TLS_HANDSHAKE) {
+        nbdsrv_client_tls_step(c);
+    }
+    if (ok) {
         nbdsrv_client_update(c);
     }
     nbdsrv_client_unref(c);
@@ -402,6 +478,7 @@ static void nbdsrv_client_process(NbdClient *c)
                 c->rstate = NBDR_REQ_HEADER;
             }
             break;
+        case NBDR_TLS_HANDSHAKE:
         case NBDR_STOPPED:
             return;
         }
@@ -412,15 +489,27 @@ static void nbdsrv_client_process(NbdClient *c)
  * Read what the socket has, once.  Returns the bytes read, 0 when there is
  * nothing to read now (or no room), -1 when the client was closed.
  */
+/* recv() from @c's socket, through TLS once it is on. */
+static ssize_t nbdsrv_client_read(NbdClient *c, void *buf, size_t len)
+{
+    return c->tls_ready ? nbdsrv_tls_recv(c, buf, len)
+                        : recv(c->fd, buf, len, 0);
+}
+
 static ssize_t nbdsrv_client_recv(NbdClient *c)
 {
     ssize_t n;
 
+    if (c->rstate == NBDR_TLS_HANDSHAKE) {
+        /* Not a byte more in plaintext: the handshake reads the rest. */
+        return 0;
+    }
     if (c->rstate == NBDR_PAYLOAD && c->rpos == c->rlen) {
         /* Straight into the request's buffer. */
         NbdRequest *req = c->payload_req;
 
-        n = recv(c->fd, req->buf + req->got, req->h.len - req->got, 0);
+        n = nbdsrv_client_read(c, req->buf + req->got,
+                               req->h.len - req->got);
         if (n > 0) {
             req->got += n;
             return n;
@@ -437,7 +526,8 @@ static ssize_t nbdsrv_client_recv(NbdClient *c)
         if (c->rlen == NBDSRV_RBUF_SIZE) {
             return 0;
         }
-        n = recv(c->fd, c->rbuf + c->rlen, NBDSRV_RBUF_SIZE - c->rlen, 0);
+        n = nbdsrv_client_read(c, c->rbuf + c->rlen,
+                               NBDSRV_RBUF_SIZE - c->rlen);
         if (n > 0) {
             c->rlen += n;
             return n;
@@ -460,15 +550,12 @@ static ssize_t nbdsrv_client_recv(NbdClient *c)
  * request per main-loop iteration while the job, all of whose completions
  * run in one, took the rest: fio got 55% of its rate during a mirror.
  */
-static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
-                                       gpointer opaque)
+static void nbdsrv_client_read_all(NbdClient *c)
 {
-    NbdClient *c = opaque;
     uint64_t first = c->srv->stats.requests;
     size_t budget = NBDSRV_READ_BUDGET;
     ssize_t n;
 
-    nbdsrv_client_ref(c);
     while ((n = nbdsrv_client_recv(c)) >= 0) {
         nbdsrv_client_process(c);
         if (n == 0 || c->closed || c->paused || (size_t)n >= budget ||
@@ -477,9 +564,20 @@ static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
         }
         budget -= n;
     }
-    if (n >= 0) {
-        nbdsrv_client_update(c);
+}
+
+static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
+                                       gpointer opaque)
+{
+    NbdClient *c = opaque;
+
+    nbdsrv_client_ref(c);
+    if (c->rstate == NBDR_TLS_HANDSHAKE) {
+        nbdsrv_client_tls_step(c);
+    } else {
+        nbdsrv_client_read_all(c);
     }
+    nbdsrv_client_update(c);
     nbdsrv_client_unref(c);
     return G_SOURCE_CONTINUE;
 }
@@ -491,6 +589,10 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
     nbdsrv_source_clear(&c->kick_src);
     nbdsrv_client_ref(c);
     nbdsrv_client_process(c);
+    if (!c->closed && !c->paused && nbdsrv_tls_pending(c)) {
+        /* Input GnuTLS holds: the fd will not tell. */
+        nbdsrv_client_read_all(c);
+    }
     nbdsrv_client_update(c);
     nbdsrv_client_unref(c);
     return G_SOURCE_REMOVE;
@@ -533,6 +635,13 @@ void nbdsrv_client_update(NbdClient *c)
     want_in = !c->paused && c->rstate != NBDR_STOPPED &&
               !(c->finishing && c->rstate == NBDR_REQ_HEADER);
     want_out = !g_queue_is_empty(&c->out);
+    if (c->rstate == NBDR_TLS_HANDSHAKE) {
+        /* The STARTTLS reply goes out in plaintext first. */
+        want_in = !want_out && !c->tls_want_write;
+        want_out = want_out || c->tls_want_write;
+    } else if (want_in && nbdsrv_tls_pending(c)) {
+        nbdsrv_client_kick(c);
+    }
     nbdsrv_client_watch(c, &c->in_src, want_in, G_IO_IN,
                         nbdsrv_client_readable);
     nbdsrv_client_watch(c, &c->out_src, want_out, G_IO_OUT,
@@ -603,6 +712,8 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
         srv->global_waiters--;
     }
     c->paused = false;
+    nbdsrv_tls_stop(c);
+    g_clear_pointer(&c->tls_stage, g_free);
     close(c->fd);
     c->fd = -1;
     while ((o = g_queue_pop_head(&c->out))) {

@@ -2,7 +2,8 @@
  * NBD server internals, shared by nbd-server.c (listening, timeouts,
  * the API), nbd-server-conn.c (a connection's buffering, backpressure and
  * lifetime), nbd-server-opts.c (handshake and options) and
- * nbd-server-cmd.c (transmission requests).
+ * nbd-server-cmd.c (transmission requests), nbd-server-tls.c (TLS
+ * credentials, sessions, handshake and record I/O).
  *
  * Lifetimes: a connection (NbdClient) is reference counted: one reference
  * for the open socket, one per request in flight, and a temporary one while
@@ -72,6 +73,7 @@
 #define NBD_REP_ERR_UNSUP           (0x80000000u + 1)
 #define NBD_REP_ERR_POLICY          (0x80000000u + 2)
 #define NBD_REP_ERR_INVALID         (0x80000000u + 3)
+#define NBD_REP_ERR_TLS_REQD        (0x80000000u + 5)
 #define NBD_REP_ERR_UNKNOWN         (0x80000000u + 6)
 #define NBD_REP_ERR_SHUTDOWN        (0x80000000u + 7)
 #define NBD_REP_ERR_TOO_BIG         (0x80000000u + 9)
@@ -184,6 +186,8 @@ typedef enum NbdRecvState {
     NBDR_REQ_HEADER,        /* a transmission request */
     NBDR_PAYLOAD,           /* WRITE payload into payload_req->buf */
     NBDR_SKIP,              /* bytes to drop (skip_left), then skip_then */
+    NBDR_TLS_HANDSHAKE,     /* after STARTTLS: the ACK, then the TLS
+                             * handshake; nothing is parsed */
     NBDR_STOPPED,           /* read nothing more */
 } NbdRecvState;
 
@@ -195,6 +199,7 @@ typedef enum NbdSkipThen {
 
 typedef struct NbdServer NbdServer;
 typedef struct NbdClient NbdClient;
+typedef struct NbdTlsSession NbdTlsSession;
 
 /* A transmission request header, decoded. */
 typedef struct NbdRequestHeader {
@@ -227,6 +232,15 @@ struct NbdClient {
     GSource *in_src;
     GSource *out_src;
     GSource *kick_src;      /* idle: resume parsing buffered input */
+
+    /* TLS (nbd-server-tls.c): a session from NBD_OPT_STARTTLS on; all
+     * I/O goes through it once tls_ready. */
+    NbdTlsSession *tls;
+    bool tls_ready;         /* handshake done and the client authorized */
+    bool tls_want_write;    /* the handshake waits for the socket to
+                             * take data (else to have some) */
+    uint8_t *tls_stage;     /* NBDSRV_TLS_RECORD: small pieces of output
+                             * gathered into one record */
 
     /* receive side */
     NbdRecvState rstate;
@@ -298,6 +312,7 @@ struct NbdServer {
     int64_t stall_timeout_ms;
     int64_t payload_timeout_ms;
     char *addr;             /* as given, PORT 0 replaced by the port */
+    NbdTlsCreds *tls;       /* NULL: no TLS */
     NbdServerStats stats;
 };
 
@@ -381,6 +396,56 @@ void nbdsrv_opts_header(NbdClient *c, uint64_t magic, uint32_t opt,
                         uint32_t len);
 /* The option's data is in c->opt_data (or was skipped: @too_big). */
 void nbdsrv_opts_handle(NbdClient *c, bool too_big);
+
+/* ---- nbd-server-tls.c: TLS ---- */
+
+/* Plaintext bytes of one TLS record at most (the protocol's maximum): what
+ * one nbdsrv_tls_send() takes at most. */
+#define NBDSRV_TLS_RECORD           (16 * KiB)
+
+/*
+ * Start a server TLS session on @c's socket with the server's credentials
+ * (c->tls); nothing is sent or read yet.  False on failure (out of memory
+ * in GnuTLS): close the client.
+ */
+bool nbdsrv_tls_start(NbdClient *c);
+
+/*
+ * Advance the handshake of @c as far as the socket allows.  Returns 1 when
+ * it is done and the client passed the authorization list (c->tls_ready
+ * set), 0 when it must wait for the socket (c->tls_want_write says which
+ * way), -1 when it failed or the client is refused (counted in the
+ * server's stats): close the client.
+ */
+int nbdsrv_tls_handshake(NbdClient *c);
+
+/*
+ * Like recv() on a non-blocking socket, through TLS: the bytes read (at
+ * most @len, at most one record), 0 at the end of the stream, or -1 with
+ * errno EAGAIN (nothing now) or another error (close the client).
+ */
+ssize_t nbdsrv_tls_recv(NbdClient *c, void *buf, size_t len);
+
+/*
+ * Send at most one record of @buf (@len > 0 bytes) through TLS.  Returns
+ * the bytes sent, or -1 with errno EAGAIN when the socket is full: the
+ * record is then encrypted and held inside GnuTLS (one record at most, a
+ * copy of bytes the caller still holds), and the next call must pass data
+ * that starts with the same bytes; it returns the count of the first call.
+ * -1 with another errno: close the client.
+ */
+ssize_t nbdsrv_tls_send(NbdClient *c, const void *buf, size_t len);
+
+/*
+ * Whether input is buffered past the socket (decrypted inside GnuTLS, or
+ * read from the socket and not yet decrypted): the fd does not show it,
+ * so the reader must run without waiting for the fd to become readable.
+ */
+bool nbdsrv_tls_pending(NbdClient *c);
+
+/* End @c's session (a best-effort close_notify) and free it; before the
+ * socket is closed. */
+void nbdsrv_tls_stop(NbdClient *c);
 
 /* ---- nbd-server-cmd.c: transmission ---- */
 

@@ -8,6 +8,14 @@
  * unknown client flags, an unservable NBD_OPT_EXPORT_NAME) end the
  * connection, as the protocol requires.
  *
+ * TLS (doc/proto.md "TLS support"): a server without credentials is in
+ * NOTLS mode and answers NBD_OPT_STARTTLS with NBD_REP_ERR_UNSUP.  With
+ * credentials STARTTLS is acknowledged and the TLS handshake follows; the
+ * options negotiated before it are forgotten.  In FORCEDTLS mode (--tls
+ * require, the default) every other option before it but NBD_OPT_ABORT
+ * gets NBD_REP_ERR_TLS_REQD, and NBD_OPT_EXPORT_NAME, which has no error
+ * reply, closes the connection.
+ *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -283,6 +291,62 @@ static void nbdsrv_opt_meta(NbdClient *c, const uint8_t *d, uint32_t len,
     nbdsrv_opt_ack(c);
 }
 
+/*
+ * NBD_OPT_STARTTLS.  Plaintext the client sent after it, before our reply,
+ * would be taken as if it came through TLS (the STARTTLS command injection
+ * of CVE-2011-0411 and its kind): it ends the connection.
+ */
+static void nbdsrv_opt_starttls(NbdClient *c, uint32_t len)
+{
+    if (!c->srv->tls) {
+        nbdsrv_opt_error(c, NBD_REP_ERR_UNSUP, "TLS is not supported");
+        return;
+    }
+    if (c->tls) {
+        nbdsrv_opt_error(c, NBD_REP_ERR_INVALID, "TLS is already in use");
+        return;
+    }
+    if (len) {
+        nbdsrv_opt_error(c, NBD_REP_ERR_INVALID,
+                         "NBD_OPT_STARTTLS takes no data");
+        return;
+    }
+    if (c->rpos != c->rlen) {
+        nbdsrv_client_close(c, true);
+        return;
+    }
+    nbdsrv_opt_ack(c);
+    if (!nbdsrv_tls_start(c)) {
+        nbdsrv_client_close(c, false);
+        return;
+    }
+    /* Nothing negotiated in plaintext carries over. */
+    c->structured = false;
+    c->meta_base_alloc = false;
+    c->rstate = NBDR_TLS_HANDSHAKE;
+}
+
+/* FORCEDTLS before STARTTLS: refuse @c's option (true) unless it is
+ * STARTTLS or ABORT. */
+static bool nbdsrv_opt_tls_required(NbdClient *c)
+{
+    NbdServer *srv = c->srv;
+
+    if (!srv->tls || !nbdsrv_tls_creds_required(srv->tls) || c->tls ||
+        c->opt == NBD_OPT_STARTTLS || c->opt == NBD_OPT_ABORT) {
+        return false;
+    }
+    srv->stats.tls_required++;
+    if (c->opt == NBD_OPT_EXPORT_NAME) {
+        /* It cannot be refused: end the session. */
+        nbdsrv_client_close(c, false);
+    } else {
+        nbdsrv_opt_error(c, NBD_REP_ERR_TLS_REQD,
+                         "TLS is required: send NBD_OPT_STARTTLS first");
+    }
+    return true;
+}
+
 static bool nbdsrv_opt_known(uint32_t opt)
 {
     switch (opt) {
@@ -335,6 +399,10 @@ void nbdsrv_opts_handle(NbdClient *c, bool too_big)
     uint32_t len = c->opt_len;
 
     c->rstate = NBDR_OPT_HEADER;    /* unless the option ends haggling */
+    if (nbdsrv_opt_tls_required(c)) {
+        g_clear_pointer(&c->opt_data, g_free);
+        return;
+    }
     if (too_big) {
         if (nbdsrv_opt_known(c->opt)) {
             nbdsrv_opt_error(c, NBD_REP_ERR_TOO_BIG,
@@ -373,7 +441,7 @@ void nbdsrv_opts_handle(NbdClient *c, bool too_big)
         nbdsrv_opt_meta(c, d, len, c->opt == NBD_OPT_SET_META_CONTEXT);
         break;
     case NBD_OPT_STARTTLS:
-        nbdsrv_opt_error(c, NBD_REP_ERR_UNSUP, "TLS is not supported");
+        nbdsrv_opt_starttls(c, len);
         break;
     default:
         nbdsrv_opt_error(c, NBD_REP_ERR_UNSUP,

@@ -455,6 +455,7 @@ void nbdsrv_finalize(NbdServer *srv)
     g_free(srv->export_name);
     g_free(srv->description);
     g_free(srv->addr);
+    nbdsrv_tls_creds_free(srv->tls);
     g_free(srv);
 }
 
@@ -574,6 +575,12 @@ void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes)
 {
     srv->budget_base = bytes;
     nbdsrv_update_listen(srv);
+}
+
+void nbdsrv_set_tls(NbdServer *srv, NbdTlsCreds *creds)
+{
+    nbdsrv_tls_creds_free(srv->tls);
+    srv->tls = creds;
 }
 
 const char *nbdsrv_get_address(NbdServer *srv)

@@ -84,6 +84,16 @@ typedef struct NbdServerStats {
                                      * flight at once */
     uint64_t max_held_bytes;    /* most bytes of request buffers and unsent
                                  * replies held at once, all connections */
+    uint64_t tls_handshakes;    /* TLS handshakes completed (authorized or
+                                 * not) */
+    uint64_t tls_failures;      /* TLS handshakes that failed: an alert, a
+                                 * bad record, a client certificate that
+                                 * does not verify, an unknown PSK user */
+    uint64_t tls_refused;       /* clients dropped after the handshake by
+                                 * the --tls-authz list */
+    uint64_t tls_required;      /* options answered NBD_REP_ERR_TLS_REQD
+                                 * (or NBD_OPT_EXPORT_NAME closed) for want
+                                 * of TLS */
 } NbdServerStats;
 
 /*
@@ -106,12 +116,76 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                       GError **errp);
 
 /*
+ * TLS credentials (GnuTLS inside; nothing of it in this header).  One kind
+ * per server, as qemu-nbd and nbdkit: X.509 certificates or pre-shared
+ * keys.  A server with credentials answers NBD_OPT_STARTTLS with
+ * NBD_REP_ACK and a TLS handshake (doc/proto.md "TLS support"); with
+ * @require it is in FORCEDTLS mode: every option before STARTTLS but
+ * NBD_OPT_ABORT gets NBD_REP_ERR_TLS_REQD, and NBD_OPT_EXPORT_NAME closes
+ * the connection.  Without @require plain clients are served too.
+ */
+typedef struct NbdTlsConfig {
+    /*
+     * X.509: a directory in qemu-nbd's layout: ca-cert.pem (the CA that
+     * signs client certificates), server-cert.pem, server-key.pem, and
+     * ca-crl.pem if present.  NULL: not X.509.
+     */
+    const char *x509_dir;
+    /* PSK: a file of "username:hexkey" lines (nbdkit's and psktool's
+     * format; empty lines are ignored).  NULL: not PSK. */
+    const char *psk_file;
+    /* X.509: ask for a client certificate and drop a client whose
+     * certificate is missing, not signed by ca-cert.pem, revoked, expired
+     * or not yet valid.  Ignored for PSK (the key authenticates both). */
+    bool verify_peer;
+    bool require;               /* FORCEDTLS, see above */
+    /*
+     * NULL-terminated; NULL or empty: every authenticated client may
+     * connect.  Otherwise only these: for X.509 each entry is one subject
+     * distinguished name exactly as GnuTLS prints it (RFC 4514, e.g.
+     * "CN=client,O=Example", what `certtool -i` shows after "Subject:"),
+     * which needs @verify_peer; for PSK each entry is a comma-separated
+     * list of user names.
+     */
+    const char *const *authz;
+} NbdTlsConfig;
+
+typedef struct NbdTlsCreds NbdTlsCreds;
+
+/*
+ * Load and check everything @cfg names (exactly one of x509_dir and
+ * psk_file): the files are read now and never again.  Returns NULL with
+ * @errp set (BLOCK_ERROR_INVALID) naming the file, and for a PSK file the
+ * line number, and what is wrong, e.g. "'DIR': server-key.pem: No such
+ * file or directory" or "'FILE': line 3: the key is not hexadecimal"; no
+ * message ever contains a key, a user name or a file's content.  Control
+ * path: blocks on file I/O.  Free with nbdsrv_tls_creds_free().
+ */
+NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp);
+
+/* Free @creds, zeroing the key material it holds.  NULL is ignored. */
+void nbdsrv_tls_creds_free(NbdTlsCreds *creds);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(NbdTlsCreds, nbdsrv_tls_creds_free)
+
+/*
+ * Serve TLS with @creds (owned by @srv from now on; NULL: no TLS, the
+ * default, which answers NBD_OPT_STARTTLS with NBD_REP_ERR_UNSUP).  Call
+ * it right after nbdsrv_new(), before the main loop runs: connections
+ * already open keep the mode they started with.
+ */
+void nbdsrv_set_tls(NbdServer *srv, NbdTlsCreds *creds);
+
+/* Whether @creds make their server refuse plain clients (@require). */
+bool nbdsrv_tls_creds_required(const NbdTlsCreds *creds);
+
+/*
  * Whether a server on @addr (as nbdsrv_new() takes it) would be reachable
  * from other hosts: *@remote is true for a tcp:HOST:PORT whose HOST
  * resolves to any address but a loopback one (0.0.0.0 and :: listen on
- * every interface); false for loopback addresses and unix:PATH.  The
- * server has no TLS: callers refuse a remote address unless told
- * otherwise (--insecure).  Control path: may block (name resolution).
+ * every interface); false for loopback addresses and unix:PATH.  Callers
+ * refuse a remote address to a server that serves plain clients unless
+ * told otherwise (--insecure).  Control path: may block (name resolution).
  * False with @errp set (BLOCK_ERROR_INVALID) when a TCP address is
  * malformed or does not resolve.
  */
