@@ -245,7 +245,7 @@ tls_x509_uri()
 # The TLS server under test: "mirror-tool" (`mirror-tool serve`) or
 # "nbdkit" (its file plugin, with the options translated; nbdkit has no
 # --tls-authz and no --handshake-limit, and refuses no bad usage of ours).
-TLS_SERVER=nbdkit
+TLS_SERVER=mirror-tool
 
 # tls_server_is_ours: the server under test is mirror-tool serve.
 tls_server_is_ours()
