@@ -330,42 +330,116 @@ if skip_unless_ours "--tls-authz with PSK: a user of the file not in the list is
     ok "--tls-authz with PSK: a user of the file not in the list is refused"
 fi
 
-# A client that sends STARTTLS and then nothing: dropped at the handshake
-# limit (the connection sees EOF), the server goes on.
-if skip_unless_ours "a client silent after STARTTLS is dropped at --handshake-limit"; then
-    serve_kind hs psk "unix:$scratch/hs.sock" --handshake-limit 1
-    expect_ok $TMO python3 - "$scratch/hs.sock" <<'EOF'
+# raw_client MODE SOCKET: a client written byte by byte (NBD's newstyle
+# handshake) that misbehaves as MODE says; exits 0 when the server did
+# what it must:
+#   silent   STARTTLS, then nothing: EOF (at the handshake limit)
+#   hello    STARTTLS, then 5 bytes of a TLS record header and nothing:
+#            EOF (the limit holds inside the TLS handshake too)
+#   inject   STARTTLS and NBD_OPT_LIST in one write: EOF, before or after
+#            the ACK, never a plaintext LIST reply (nbdkit's CVE-2021-3716)
+#   plain    no STARTTLS: LIST and GO answered NBD_REP_ERR_TLS_REQD,
+#            then EXPORT_NAME: EOF
+# It prints the seconds until EOF; every wait on the server is at most
+# 60 s (socket timeout).
+raw_client()
+{
+    python3 - "$@" <<'PYEOF'
 import socket, struct, sys, time
+mode, path = sys.argv[1:3]
+IHAVEOPT = 0x49484156454f5054
+REPLY = 0x3e889045565a9
 s = socket.socket(socket.AF_UNIX)
-s.settimeout(30)
-s.connect(sys.argv[1])
+s.settimeout(60)
+s.connect(path)
 def read(n):
     b = b""
     while len(b) < n:
         c = s.recv(n - len(b))
-        assert c, "EOF in the greeting"
+        assert c, "EOF after %d of %d bytes" % (len(b), n)
         b += c
     return b
-magic, opt, flags = struct.unpack(">QQH", read(18))
-assert magic == 0x4e42444d41474943 and opt == 0x49484156454f5054
+def opt(o, data=b""):
+    return struct.pack(">QII", IHAVEOPT, o, len(data)) + data
+def reply(want_opt):
+    magic, o, typ, ln = struct.unpack(">QIII", read(20))
+    assert magic == REPLY and o == want_opt, (hex(magic), o)
+    read(ln)
+    return typ
+def eof_after():
+    t0 = time.monotonic()
+    try:
+        data = s.recv(1)
+    except ConnectionResetError:
+        data = b""
+    assert data == b"", "the server sent %r instead of closing" % data
+    return time.monotonic() - t0
+magic, o, flags = struct.unpack(">QQH", read(18))
+assert magic == 0x4e42444d41474943 and o == IHAVEOPT
 s.sendall(struct.pack(">I", 3))                 # FIXED_NEWSTYLE|NO_ZEROES
-s.sendall(struct.pack(">QII", 0x49484156454f5054, 5, 0))    # STARTTLS
-_, o, typ, ln = struct.unpack(">QIII", read(20))
-assert (o, typ, ln) == (5, 1, 0), (o, typ, ln)  # NBD_REP_ACK
-t0 = time.monotonic()
-try:
-    eof = s.recv(1) == b""
-except ConnectionResetError:
-    eof = True
-dt = time.monotonic() - t0
-assert eof, "the server sent data to a silent TLS client"
-print("dropped after %.1f s" % dt)
-assert 0.5 <= dt < 25, dt
-EOF
-    good hs
+if mode == "plain":
+    s.sendall(opt(3))                           # LIST
+    typ = reply(3)
+    assert typ == 0x80000005, hex(typ)          # NBD_REP_ERR_TLS_REQD
+    s.sendall(opt(7, struct.pack(">IH", 0, 0)))  # GO ""
+    typ = reply(7)
+    assert typ == 0x80000005, hex(typ)
+    s.sendall(opt(1))                           # EXPORT_NAME ""
+elif mode == "inject":
+    s.sendall(opt(5) + opt(3))                  # STARTTLS + LIST at once
+    t0 = time.monotonic()
+    got = b""
+    while True:
+        try:
+            c = s.recv(4096)
+        except ConnectionResetError:
+            c = b""
+        if not c:
+            break
+        got += c
+    ack = struct.pack(">QIII", REPLY, 5, 1, 0)  # NBD_REP_ACK to STARTTLS
+    assert got in (b"", ack), "the server answered %r" % got
+    print("%.1f" % (time.monotonic() - t0))
+    sys.exit(0)
+else:
+    s.sendall(opt(5))
+    assert reply(5) == 1
+    if mode == "hello":
+        s.sendall(bytes([0x16, 3, 1, 2, 0]))    # a 512-byte ClientHello's header
+print("%.1f" % eof_after())
+PYEOF
+}
+
+# A client that stops in the handshake: dropped at the handshake limit
+# (the connection sees EOF), the server goes on.
+if skip_unless_ours "clients that stop after STARTTLS or in the TLS handshake are dropped at --handshake-limit"; then
+    serve_kind hs psk "unix:$scratch/hs.sock" --handshake-limit 1
+    for mode in silent hello; do
+        expect_ok raw_client $mode "$scratch/hs.sock"
+        dt=$(cat "$last_out")
+        # Not before the limit, and not much after it (a busy machine).
+        awk -v t="$dt" 'BEGIN { exit !(t >= 0.5 && t < 25) }' ||
+            fail "$mode: dropped after $dt s with --handshake-limit 1"
+        good hs
+    done
     tls_no_secrets "handshake limit" hs.out hs.err
     tls_stop hs
-    ok "a client silent after STARTTLS is dropped at --handshake-limit"
+    ok "clients that stop after STARTTLS or in the TLS handshake are dropped at --handshake-limit"
+fi
+
+# STARTTLS with more options behind it in the same write, and options
+# without STARTTLS: refused at once, long before the (60 s) limit.
+if skip_unless_ours "options before or pipelined with STARTTLS: TLS_REQD or dropped"; then
+    serve_kind inj psk "unix:$scratch/inj.sock" --handshake-limit 60
+    for mode in inject plain; do
+        expect_ok raw_client $mode "$scratch/inj.sock"
+        dt=$(cat "$last_out")
+        awk -v t="$dt" 'BEGIN { exit !(t < 30) }' ||
+            fail "$mode: the server waited $dt s to drop the client"
+        good inj
+    done
+    tls_stop inj
+    ok "options before or pipelined with STARTTLS: TLS_REQD or dropped"
 fi
 
 tls_stop pskunix
