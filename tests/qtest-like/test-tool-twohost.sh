@@ -7,8 +7,11 @@
 # disk to it (`mirror-tool start SRC nbds://10.219.0.2:10809/...
 # --export unix:... --qmp ...`) while fio, the guest, writes through the
 # export; READY, complete, the new host's server stops (flushing), and
-# the file on the new host equals the source byte for byte.  The plain
-# server on the new host's address is refused without --insecure.
+# the file on the new host equals the source byte for byte.  The new
+# host's server lets in only the old host's credential (--tls-authz):
+# a plain client and other credentials of the same PSK file or CA are
+# refused.  The plain server on the new host's address is refused
+# without --insecure.
 #
 # The namespaces are made here and removed at exit, whatever happened;
 # where they cannot be made (not root, no ip, no permission) the whole
@@ -19,7 +22,7 @@
 
 . "${TEST_LIB:-$(dirname "$0")/lib.sh}"
 . "$TEST_SRCDIR/tls-lib.sh"
-requires timeout cmp python3 certtool psktool ip fio
+requires timeout cmp python3 certtool psktool ip fio nbdinfo
 if ! fio --enghelp=nbd >/dev/null 2>&1; then
     echo "1..0 # SKIP fio has no nbd engine"
     _lib_skipped=1
@@ -102,10 +105,11 @@ assert_unchanged plain.raw
 ok "the new host: serve tcp:$NEW_IP:$PORT without TLS or --insecure exits 2"
 
 # migrate NAME TARGET-URI SERVER-OPTION...: the scenario.  The new host
-# serves NAME-tgt.raw (empty) with SERVER-OPTIONs; the old host mirrors
-# NAME-src.raw (a copy of base.raw) to TARGET-URI while fio writes
-# through the export; READY; fio ends; complete; quit; the new host's
-# server stops; target == source.
+# serves NAME-tgt.raw (empty) with SERVER-OPTIONs, which refuse a plain
+# client and $bad_uri (the target with wrong credentials); the old host
+# mirrors NAME-src.raw (a copy of base.raw) to TARGET-URI while fio
+# writes through the export; READY; fio ends; complete; quit; the new
+# host's server stops; target == source.
 migrate()
 {
     local n=$1 turi=$2 job_pid ready_pid fio_pid before
@@ -115,6 +119,17 @@ migrate()
     truncate -s 64M "$n-tgt.raw"
     tls_serve "${n}new" --netns "$NS_NEW" "tcp:$NEW_IP:$PORT" \
         "$scratch/$n-tgt.raw" "$@"
+
+    # From the old host: a plain client is told TLS is required; one with
+    # a wrong key (our client) gets nothing; neither writes.
+    remember_sum "$n-tgt.raw"
+    run $TMO "${OLD[@]}" nbdinfo --size "nbd://$NEW_IP:$PORT/"
+    [ "$last_rc" != 0 ] || fail "$n: a plain client reached the new host"
+    stderr_has "requires TLS"
+    run $TMO "${OLD[@]}" "$T" convert -n base.raw "$bad_uri"
+    [ "$last_rc" != 0 ] || fail "$n: a client with wrong credentials got in"
+    tls_no_secrets "$n: a refused client" "$last_out" "$last_err"
+    assert_unchanged "$n-tgt.raw" "$n: the target after refused clients"
 
     "${OLD[@]}" "$T" start --json --qmp "$scratch/$n.qmp" --qmp-wait \
         --export "unix:$scratch/$n.nbd" "$n-src.raw" "$turi" \
@@ -174,10 +189,12 @@ EOF
     tls_no_secrets "$n: the new host" "${n}new.out" "${n}new.err"
 }
 
+bad_uri="nbds://$NEW_IP:$PORT/?tls-psk-file=$TLS_PSK2&tls-username=$TLS_PSK_USER2"
 migrate psk "nbds://$NEW_IP:$PORT/?tls-psk-file=$TLS_PSK&tls-username=$TLS_PSK_USER" \
-    --tls-psk-file "$TLS_PSK"
+    --tls-psk-file "$TLS_PSK_TWO" --tls-authz "$TLS_PSK_USER"
 ok "PSK: fio writes during the mirror to the new host; its disk == the source"
 
+bad_uri="nbds://$NEW_IP:$PORT/?tls-certificates=$TLS_CLI_OTHER"
 migrate x509 "nbds://$NEW_IP:$PORT/?tls-certificates=$TLS_CLI" \
-    --tls-creds "$TLS_SRV"
+    --tls-creds "$TLS_SRV" --tls-authz "$TLS_CLI_DN"
 ok "X.509: fio writes during the mirror to the new host; its disk == the source"
