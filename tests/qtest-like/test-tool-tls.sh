@@ -169,6 +169,13 @@ for kind in psk x509; do
         img=img-$n.raw
         what="$kind over $tr"
 
+        # Structured replies through TLS: base:allocation of base.raw.
+        expect_ok $TMO nbdinfo --map "$(lnbd_uri "$a" "$kind")"
+        awk '{ print $1, $2, $3 }' "$last_out" >map.txt
+        printf '%s\n' "0 1048576 0" "1048576 4194304 3" "5242880 2097152 0" \
+            "7340032 8388608 3" "15728640 1048576 0" | cmp -s - map.txt ||
+            fail "$what: nbdinfo --map: $(cat "$last_out")"
+
         # Our client, into and out of the export.
         expect_ok $TMO "$T" convert -n data.raw "$(our_uri "$a" "$kind")"
         assert_same data.raw "$img" "$what: mirror-tool convert into"
@@ -205,8 +212,13 @@ for kind in psk x509; do
         assert_same data.raw "$img" "$what: qemu-img convert into"
         expect_ok $TMO qemu-img compare --object "$qobj" --image-opts \
             driver=file,filename=data.raw "$qo"
+        # One 16 MiB request each way (many TLS records), then small ones.
         expect_ok $TMO qemu-io --object "$qobj" --image-opts \
-            -c 'write -P 0x5c 1M 64k' -c 'write -z 3M 1M' "$qo"
+            -c 'write -P 0x7a 0 16M' -c 'read -P 0x7a 0 16M' \
+            -c 'write -s data.raw 0 16M' -c 'write -P 0x5c 1M 64k' \
+            -c 'write -z 3M 1M' "$qo"
+        grep -q 'Pattern verification failed' "$last_out" &&
+            fail "$what: qemu-io read back the wrong data"
         cp data.raw want.raw
         expect_ok qemu-io -f raw -c 'write -P 0x5c 1M 64k' \
             -c 'write -z 3M 1M' want.raw
@@ -235,6 +247,18 @@ expect_ok $TMO nbdcopy data.raw "$(lnbd_uri "$addr" x509 "$TLS_CLI_NOCERT")"
 assert_same data.raw img-nv.raw "--tls-verify-peer=off"
 tls_stop nv
 ok "--tls-verify-peer=off: a client without a certificate is served"
+
+# --- a CRL: a revoked certificate of the right CA ---------------------------
+if skip_unless_ours "ca-crl.pem: a revoked client certificate is refused"; then
+    cp base.raw img-crl.raw
+    img_crl=img-crl.raw
+    tls_serve crl "unix:$scratch/crl.sock" img-crl.raw --tls-creds "$TLS_SRV_CRL"
+    good_uri[crl]=$(lnbd_uri "$addr" x509)
+    refused "a revoked client certificate" crl \
+        $TMO nbdcopy data.raw "$(lnbd_uri "$addr" x509 "$TLS_CLI_OTHER")"
+    tls_stop crl
+    ok "ca-crl.pem: a revoked client certificate is refused"
+fi
 
 # --- refused ------------------------------------------------------------------
 pa=unix:$scratch/pskunix.sock

@@ -7,6 +7,8 @@
 #                   layout: ca-cert.pem, server-cert.pem, server-key.pem;
 #                   the certificate names localhost, 127.0.0.1, ::1 and the
 #                   addresses in $TLS_SERVER_IPS
+#   $TLS_SRV_CRL    the same and ca-crl.pem, which revokes $TLS_CLI_OTHER's
+#                   certificate
 #   $TLS_CLI        a client's directory, libnbd's and QEMU's layout:
 #                   ca-cert.pem, client-cert.pem, client-key.pem; subject
 #                   $TLS_CLI_DN
@@ -151,6 +153,15 @@ expiration_date = \"2020-02-01 00:00:00 UTC\""
     cp server-cert.pem srv/server-cert.pem
     cp server-key.pem srv/server-key.pem
     TLS_SRV=$scratch/tls/srv
+    # The same with a CRL revoking "other".
+    printf 'crl_next_update = 30\ncrl_number = 1\n' >crl.info
+    mkdir -p srv-crl
+    cp srv/* srv-crl/
+    certtool --generate-crl --load-ca-privkey ca-key.pem \
+        --load-ca-certificate ca-cert.pem --load-certificate other-cert.pem \
+        --template crl.info --no-text --outfile srv-crl/ca-crl.pem \
+        >/dev/null 2>&1 || fail "certtool: cannot make the CRL"
+    TLS_SRV_CRL=$scratch/tls/srv-crl
     _tls_client_dir cli ca client
     _tls_client_dir cli-other ca other
     _tls_client_dir cli-wrongca ca wrongca
