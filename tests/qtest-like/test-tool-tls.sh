@@ -185,12 +185,16 @@ for kind in psk x509; do
         ok "$what: mirror-tool convert into and out of nbds URIs"
         expect_ok $TMO "$T" info "$(our_uri "$a" "$kind")"
         grep -q '^    tls: yes' "$last_out" || fail "$what: info says no TLS"
-        if hit=$(tls_secret_in "$last_out" "$last_err"); then
+        cp "$last_out" info.out
+        expect_ok $TMO "$T" info --output=json "$(our_uri "$a" "$kind")"
+        cp "$last_out" info.json
+        expect_exit 63 $TMO "$T" check "$(our_uri "$a" "$kind")"
+        if hit=$(tls_secret_in info.out info.json "$last_err"); then
             # docs/mirror-tool.md: "TLS user names are never printed".
-            not_ok "$what: mirror-tool info shows no secret # TODO" \
-                "cmd-info.c prints the URI as given: $hit"
+            not_ok "$what: info and check show no secret # TODO" \
+                "they print the URI as given: $hit"
         else
-            ok "$what: mirror-tool info says tls: yes and shows no secret"
+            ok "$what: info says tls: yes; info and check show no secret"
         fi
 
         # libnbd.
@@ -464,6 +468,112 @@ if skip_unless_ours "options before or pipelined with STARTTLS: TLS_REQD or drop
     done
     tls_stop inj
     ok "options before or pipelined with STARTTLS: TLS_REQD or dropped"
+fi
+
+# Inside TLS (Python's ssl, X.509; until the READs, its ciphertext sent
+# one byte per send() to the server's record reader): a second STARTTLS
+# is refused, LIST and GO work, a READ is answered; then 16 READs of 16 MiB that the
+# client never reads: the server, stuck in TLS record sends, drops it at
+# --reply-timeout (its socket count falls back to the listener's), and
+# serves others.
+if skip_unless_ours "inside TLS: STARTTLS again refused; a client that reads no replies is dropped at --reply-timeout"; then
+    serve_kind rt x509 "unix:$scratch/rt.sock" --reply-timeout 2
+    expect_ok $TMO python3 - "$scratch/rt.sock" "$TLS_CLI" "$pid_rt" <<'PYEOF'
+import os, socket, ssl, struct, sys, time
+path, cdir, pid = sys.argv[1:4]
+IHAVEOPT = 0x49484156454f5054
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(30)
+s.connect(path)
+def rawread(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        assert c, "EOF"
+        b += c
+    return b
+def opt(o, data=b""):
+    return struct.pack(">QII", IHAVEOPT, o, len(data)) + data
+rawread(18)
+s.sendall(struct.pack(">I", 3) + opt(5))
+assert struct.unpack(">QIII", rawread(20))[2] == 1
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.load_verify_locations(cdir + "/ca-cert.pem")
+ctx.load_cert_chain(cdir + "/client-cert.pem", cdir + "/client-key.pem")
+inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+t = ctx.wrap_bio(inc, out, server_hostname="localhost")
+drip = True
+def flush():
+    data = out.read()
+    if not drip:
+        s.sendall(data)
+    for i in range(len(data) if drip else 0):   # one byte at a time
+        s.sendall(data[i:i + 1])
+def fill():
+    c = s.recv(65536)
+    assert c, "EOF inside TLS"
+    inc.write(c)
+while True:
+    try:
+        t.do_handshake()
+        flush()
+        break
+    except ssl.SSLWantReadError:
+        flush()
+        fill()
+def send(b):
+    t.write(b)
+    flush()
+def recv(n):
+    b = b""
+    while len(b) < n:
+        try:
+            b += t.read(n - len(b))
+        except ssl.SSLWantReadError:
+            fill()
+    return b
+def reply(want):
+    _, o, typ, ln = struct.unpack(">QIII", recv(20))
+    assert o == want, o
+    recv(ln)
+    return typ
+send(opt(5))
+typ = reply(5)
+assert typ & 0x80000000, "a second STARTTLS got %#x" % typ
+send(opt(3))
+while reply(3) != 1:
+    pass
+send(opt(7, struct.pack(">IH", 0, 0)))
+while reply(7) != 1:
+    pass
+send(struct.pack(">IHHQQI", 0x25609513, 0, 0, 1, 0, 4096))
+magic, err, cookie = struct.unpack(">IIQ", recv(16))
+assert (magic, err, cookie) == (0x67446698, 0, 1), (hex(magic), err, cookie)
+recv(4096)
+def sockets():
+    n = 0
+    for fd in os.listdir("/proc/%s/fd" % pid):
+        try:
+            n += os.readlink("/proc/%s/fd/%s" % (pid, fd)).startswith("socket:")
+        except OSError:
+            pass
+    return n
+before = sockets()
+# In one write: the server stops reading once the replies it holds reach
+# its share of the budget, and one-byte sends would fill our socket's
+# send buffer (each costs a whole buffer) and block us.
+drip = False
+send(b"".join(struct.pack(">IHHQQI", 0x25609513, 0, 0, 100 + i, 0, 16 << 20)
+              for i in range(16)))
+t0 = time.monotonic()
+while sockets() >= before:
+    assert time.monotonic() - t0 < 40, "still connected after 40 s"
+    time.sleep(0.05)
+print("dropped after %.1f s" % (time.monotonic() - t0))
+PYEOF
+    good rt
+    tls_stop rt
+    ok "inside TLS: STARTTLS again refused; a client that reads no replies is dropped at --reply-timeout"
 fi
 
 tls_stop pskunix
