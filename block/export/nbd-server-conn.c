@@ -485,16 +485,17 @@ static void nbdsrv_client_process(NbdClient *c)
     }
 }
 
-/*
- * Read what the socket has, once.  Returns the bytes read, 0 when there is
- * nothing to read now (or no room), -1 when the client was closed.
- */
 /* recv() from @c's socket, through TLS once it is on. */
 static ssize_t nbdsrv_client_read(NbdClient *c, void *buf, size_t len)
 {
     return c->tls_ready ? nbdsrv_tls_recv(c, buf, len)
                         : recv(c->fd, buf, len, 0);
 }
+
+/*
+ * Read what the socket has, once.  Returns the bytes read, 0 when there is
+ * nothing to read now (or no room), -1 when the client was closed.
+ */
 
 static ssize_t nbdsrv_client_recv(NbdClient *c)
 {
@@ -582,6 +583,15 @@ static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
     return G_SOURCE_CONTINUE;
 }
 
+/* Whether @c reads input now (else it waits for a limit, its replies or
+ * the TLS handshake, or reads nothing more). */
+static bool nbdsrv_client_wants_input(NbdClient *c)
+{
+    return !c->closed && !c->paused && c->rstate != NBDR_STOPPED &&
+           c->rstate != NBDR_TLS_HANDSHAKE &&
+           !(c->finishing && c->rstate == NBDR_REQ_HEADER);
+}
+
 static gboolean nbdsrv_client_kick_cb(gpointer opaque)
 {
     NbdClient *c = opaque;
@@ -589,7 +599,7 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
     nbdsrv_source_clear(&c->kick_src);
     nbdsrv_client_ref(c);
     nbdsrv_client_process(c);
-    if (!c->closed && !c->paused && nbdsrv_tls_pending(c)) {
+    if (nbdsrv_client_wants_input(c) && nbdsrv_tls_pending(c)) {
         /* Input GnuTLS holds: the fd will not tell. */
         nbdsrv_client_read_all(c);
     }
@@ -632,8 +642,7 @@ void nbdsrv_client_update(NbdClient *c)
         nbdsrv_client_close(c, false);
         return;
     }
-    want_in = !c->paused && c->rstate != NBDR_STOPPED &&
-              !(c->finishing && c->rstate == NBDR_REQ_HEADER);
+    want_in = nbdsrv_client_wants_input(c);
     want_out = !g_queue_is_empty(&c->out);
     if (c->rstate == NBDR_TLS_HANDSHAKE) {
         /* The STARTTLS reply goes out in plaintext first. */

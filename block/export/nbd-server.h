@@ -4,7 +4,8 @@
  *
  * The server speaks the fixed newstyle protocol of the NBD project's
  * doc/proto.md: NBD_OPT_EXPORT_NAME, ABORT, LIST, INFO, GO (export, name,
- * description and block size information), STRUCTURED_REPLY and the
+ * description and block size information), STRUCTURED_REPLY, STARTTLS
+ * (with nbdsrv_set_tls(): X.509 or PSK through GnuTLS) and the
  * base:allocation meta context; READ, WRITE (with FUA), FLUSH, TRIM,
  * WRITE_ZEROES (NO_HOLE, FAST_ZERO), BLOCK_STATUS (REQ_ONE) and DISC.  It
  * runs entirely on the thread-default main context of the caller of
@@ -18,7 +19,9 @@
  * connections x 33 MiB if more) over all connections, of which every
  * connection is guaranteed 33 MiB (one request of the largest size) and
  * may hold at most its share (budget / connections, 64 MiB at most); 64 KiB
- * of unsent handshake replies; READs and WRITEs above 1 MiB enter the
+ * of unsent handshake replies; with TLS, 128 KiB of ciphertext read ahead,
+ * 16 KiB of replies gathered into a record and one encrypted record GnuTLS
+ * holds while the socket is full (a copy of replies still counted); READs and WRITEs above 1 MiB enter the
  * block layer only while less than 64 MiB of them are there (the
  * connection served longest ago first).  At a limit the server stops
  * reading from that socket until replies are sent and requests complete,
