@@ -585,14 +585,17 @@ ok "the servers exit 0 on SIGTERM; no secret in any log"
 
 # --- bad usage: exit 2, one line, nothing opened ------------------------------
 if skip_unless_ours "bad TLS options exit 2 with nothing opened"; then
-    mkdir nokey
+    mkdir nokey mismatch
     cp "$TLS_SRV/ca-cert.pem" "$TLS_SRV/server-cert.pem" nokey/
+    cp "$TLS_SRV/ca-cert.pem" "$TLS_SRV/server-cert.pem" mismatch/
+    cp "$TLS_CLI/client-key.pem" mismatch/server-key.pem
     printf '%s\n' "$U" >nocolon.psk
     printf '%s:%s\n' "$U" 0123456789abcdefg >badhex.psk
     cp base.raw bad.raw
     remember_sum bad.raw
     for bad in "--tls-creds $scratch/missing-dir:$scratch/missing-dir" \
         "--tls-creds $scratch/nokey:$scratch/nokey" \
+        "--tls-creds $scratch/mismatch:$scratch/mismatch" \
         "--tls-psk-file $scratch/nocolon.psk:$scratch/nocolon.psk" \
         "--tls-psk-file $scratch/badhex.psk:$scratch/badhex.psk" \
         "--tls-psk-file $scratch/missing.psk:$scratch/missing.psk" \
@@ -675,6 +678,10 @@ if skip_unless_ours "start --export-tls-psk-file: a guest writes through TLS whi
         "$(lnbd_uri "$ea" psk)"
     run $TMO nbdinfo --size "nbd+unix:///?socket=$scratch/st.nbd"
     [ "$last_rc" != 0 ] || fail "a plain client reached the TLS export"
+    stderr_has "requires TLS"
+    run $TMO nbdcopy base.raw "$(lnbd_uri "$ea" psk "$TLS_PSK_WRONG")"
+    [ "$last_rc" != 0 ] || fail "a wrong PSK key reached the TLS export"
+    tls_no_secrets "the export: a wrong key" --keys "$last_out" "$last_err"
     expect_ok $TMO qemu-io --object "$qobj" --image-opts \
         -c 'write -P 0x41 4M 64k' "$(qemu_opts "$ea")"
     wait "$ready_pid" || fail "no BLOCK_JOB_READY: $(cat st.ready.err)"
