@@ -23,6 +23,7 @@
 . "${TEST_LIB:-$(dirname "$0")/lib.sh}"
 . "$TEST_SRCDIR/tls-lib.sh"
 requires timeout cmp python3 certtool psktool ip fio nbdinfo
+tls_server_is_ours || requires nbdkit
 if ! fio --enghelp=nbd >/dev/null 2>&1; then
     echo "1..0 # SKIP fio has no nbd engine"
     _lib_skipped=1
