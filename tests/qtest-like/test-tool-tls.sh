@@ -663,11 +663,24 @@ if skip_unless_ours "bad TLS options exit 2 with nothing opened"; then
 fi
 
 # --- an address other hosts reach: TLS is what it takes ----------------------
-if skip_unless_ours "tcp:0.0.0.0: refused without TLS or --insecure, served with --tls-psk-file"; then
+if skip_unless_ours "tcp:0.0.0.0: refused without TLS (or with --tls=on) unless --insecure, served with --tls-psk-file"; then
     cp base.raw img-any.raw
     expect_exit 2 "$T" serve tcp:0.0.0.0:0 img-any.raw
     stderr_has "'tcp:0.0.0.0:0' can be reached from other hosts"
     stderr_one_line
+    # --tls=on serves plain clients too: as good as no TLS there.
+    expect_exit 2 "$T" serve --tls=on --tls-psk-file "$TLS_PSK" \
+        tcp:0.0.0.0:0 img-any.raw
+    stderr_has "'tcp:0.0.0.0:0' can be reached from other hosts" "--insecure"
+    stderr_one_line
+    truncate -s 16M any-tgt.raw
+    remember_sum any-tgt.raw
+    expect_exit 2 "$T" start --export tcp:0.0.0.0:0 --export-tls=on \
+        --export-tls-psk-file "$TLS_PSK" img-any.raw any-tgt.raw
+    stderr_has "'tcp:0.0.0.0:0' can be reached from other hosts" \
+        "--export-insecure"
+    stderr_one_line
+    assert_unchanged any-tgt.raw
     img_any=img-any.raw
     tls_serve any tcp:0.0.0.0:0 img-any.raw --tls-psk-file "$TLS_PSK"
     good_uri[any]=$(lnbd_uri "tcp:127.0.0.1:${addr##*:}" psk)
@@ -677,7 +690,7 @@ if skip_unless_ours "tcp:0.0.0.0: refused without TLS or --insecure, served with
     refused "a plain client to tcp:0.0.0.0 with PSK" any \
         $TMO nbdinfo --size "nbd://127.0.0.1:${addr##*:}/"
     tls_stop any
-    ok "tcp:0.0.0.0: refused without TLS or --insecure, served with --tls-psk-file"
+    ok "tcp:0.0.0.0: refused without TLS (or with --tls=on) unless --insecure, served with --tls-psk-file"
 fi
 
 # --- start --export with PSK: a guest writes through the TLS export ----------
