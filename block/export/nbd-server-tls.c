@@ -610,7 +610,13 @@ bool nbdsrv_tls_start(NbdClient *c)
 
     s->client = c;
     s->fd = c->fd;
-    rc = gnutls_init(&s->session, GNUTLS_SERVER | GNUTLS_NONBLOCK);
+    /*
+     * No session tickets (and no session cache): a resumed session would
+     * skip the client certificate's verification, and every connection
+     * of a migration is long-lived anyway.
+     */
+    rc = gnutls_init(&s->session,
+                     GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_TICKETS);
     if (rc < 0) {
         g_free(s);
         return false;

@@ -19,11 +19,11 @@
  * connections x 33 MiB if more) over all connections, of which every
  * connection is guaranteed 33 MiB (one request of the largest size) and
  * may hold at most its share (budget / connections, 64 MiB at most); 64 KiB
- * of unsent handshake replies; with TLS, 128 KiB of ciphertext read ahead,
- * 16 KiB of replies gathered into a record and one encrypted record GnuTLS
- * holds while the socket is full (a copy of replies still counted); READs and WRITEs above 1 MiB enter the
- * block layer only while less than 64 MiB of them are there (the
- * connection served longest ago first).  At a limit the server stops
+ * of unsent handshake replies; with TLS, 128 KiB of ciphertext read
+ * ahead, 16 KiB of replies gathered into a record and one encrypted record
+ * GnuTLS holds while the socket is full (a copy of replies still counted);
+ * READs and WRITEs above 1 MiB enter the block layer only while less than
+ * 64 MiB of them are there (the connection served longest ago first).  At a limit the server stops
  * reading from that socket until replies are sent and requests complete,
  * so a client that stops reading or sending only stalls itself.  A client
  * that leaves replies unread for the stall timeout (30 s), has not
