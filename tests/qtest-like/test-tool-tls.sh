@@ -12,7 +12,8 @@
 # peers, a client not in --tls-authz (a DN, PSK user names), a plain
 # client to a TLS server, a TLS client to a plain server.  Byte-level
 # clients: one that stops after STARTTLS or inside the TLS handshake
-# (dropped at --handshake-limit), options pipelined after STARTTLS or sent
+# (dropped at --handshake-limit, and at the default 10 s, measured in the
+# background), options pipelined after STARTTLS or sent
 # without it, and inside TLS (Python's ssl) a second STARTTLS and a client
 # that reads no replies (--reply-timeout).  Bad usage exits 2 with
 # nothing opened.  No key, PSK key or PSK user name appears in any
@@ -274,6 +275,92 @@ assert_same data.raw img-nv.raw "--tls-verify-peer=off"
 tls_stop nv
 ok "--tls-verify-peer=off: a client without a certificate is served"
 
+# raw_client MODE SOCKET: a client written byte by byte (NBD's newstyle
+# handshake) that misbehaves as MODE says; exits 0 when the server did
+# what it must:
+#   silent   STARTTLS, then nothing: EOF (at the handshake limit)
+#   hello    STARTTLS, then 5 bytes of a TLS record header and nothing:
+#            EOF (the limit holds inside the TLS handshake too)
+#   inject   STARTTLS and NBD_OPT_LIST in one write: EOF, before or after
+#            the ACK, never a plaintext LIST reply (nbdkit's CVE-2021-3716)
+#   plain    no STARTTLS: LIST and GO answered NBD_REP_ERR_TLS_REQD,
+#            then EXPORT_NAME: EOF
+# It prints the seconds until EOF; every wait on the server is at most
+# 60 s (socket timeout).
+raw_client()
+{
+    python3 - "$@" <<'PYEOF'
+import socket, struct, sys, time
+mode, path = sys.argv[1:3]
+IHAVEOPT = 0x49484156454f5054
+REPLY = 0x3e889045565a9
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(60)
+s.connect(path)
+def read(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        assert c, "EOF after %d of %d bytes" % (len(b), n)
+        b += c
+    return b
+def opt(o, data=b""):
+    return struct.pack(">QII", IHAVEOPT, o, len(data)) + data
+def reply(want_opt):
+    magic, o, typ, ln = struct.unpack(">QIII", read(20))
+    assert magic == REPLY and o == want_opt, (hex(magic), o)
+    read(ln)
+    return typ
+def eof_after():
+    t0 = time.monotonic()
+    try:
+        data = s.recv(1)
+    except ConnectionResetError:
+        data = b""
+    assert data == b"", "the server sent %r instead of closing" % data
+    return time.monotonic() - t0
+magic, o, flags = struct.unpack(">QQH", read(18))
+assert magic == 0x4e42444d41474943 and o == IHAVEOPT
+s.sendall(struct.pack(">I", 3))                 # FIXED_NEWSTYLE|NO_ZEROES
+if mode == "plain":
+    s.sendall(opt(3))                           # LIST
+    typ = reply(3)
+    assert typ == 0x80000005, hex(typ)          # NBD_REP_ERR_TLS_REQD
+    s.sendall(opt(7, struct.pack(">IH", 0, 0)))  # GO ""
+    typ = reply(7)
+    assert typ == 0x80000005, hex(typ)
+    s.sendall(opt(1))                           # EXPORT_NAME ""
+elif mode == "inject":
+    s.sendall(opt(5) + opt(3))                  # STARTTLS + LIST at once
+    t0 = time.monotonic()
+    got = b""
+    while True:
+        try:
+            c = s.recv(4096)
+        except ConnectionResetError:
+            c = b""
+        if not c:
+            break
+        got += c
+    ack = struct.pack(">QIII", REPLY, 5, 1, 0)  # NBD_REP_ACK to STARTTLS
+    assert got in (b"", ack), "the server answered %r" % got
+    print("%.1f" % (time.monotonic() - t0))
+    sys.exit(0)
+else:
+    s.sendall(opt(5))
+    assert reply(5) == 1
+    if mode == "hello":
+        s.sendall(bytes([0x16, 3, 1, 2, 0]))    # a 512-byte ClientHello's header
+print("%.1f" % eof_after())
+PYEOF
+}
+
+# The default handshake limit (10 s): a client silent after STARTTLS, in
+# the background while the cases below run.
+raw_client silent "$scratch/pskunix.sock" >default-limit.out 2>&1 &
+dl_pid=$!
+track_pid $dl_pid
+
 # --- a CRL: a revoked certificate of the right CA ---------------------------
 if skip_unless_ours "ca-crl.pem: a revoked client certificate is refused"; then
     cp base.raw img-crl.raw
@@ -384,86 +471,6 @@ if skip_unless_ours "--tls-authz with PSK: a user of the file not in the list is
     tls_stop azp
     ok "--tls-authz with PSK: a user of the file not in the list is refused"
 fi
-
-# raw_client MODE SOCKET: a client written byte by byte (NBD's newstyle
-# handshake) that misbehaves as MODE says; exits 0 when the server did
-# what it must:
-#   silent   STARTTLS, then nothing: EOF (at the handshake limit)
-#   hello    STARTTLS, then 5 bytes of a TLS record header and nothing:
-#            EOF (the limit holds inside the TLS handshake too)
-#   inject   STARTTLS and NBD_OPT_LIST in one write: EOF, before or after
-#            the ACK, never a plaintext LIST reply (nbdkit's CVE-2021-3716)
-#   plain    no STARTTLS: LIST and GO answered NBD_REP_ERR_TLS_REQD,
-#            then EXPORT_NAME: EOF
-# It prints the seconds until EOF; every wait on the server is at most
-# 60 s (socket timeout).
-raw_client()
-{
-    python3 - "$@" <<'PYEOF'
-import socket, struct, sys, time
-mode, path = sys.argv[1:3]
-IHAVEOPT = 0x49484156454f5054
-REPLY = 0x3e889045565a9
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(60)
-s.connect(path)
-def read(n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        assert c, "EOF after %d of %d bytes" % (len(b), n)
-        b += c
-    return b
-def opt(o, data=b""):
-    return struct.pack(">QII", IHAVEOPT, o, len(data)) + data
-def reply(want_opt):
-    magic, o, typ, ln = struct.unpack(">QIII", read(20))
-    assert magic == REPLY and o == want_opt, (hex(magic), o)
-    read(ln)
-    return typ
-def eof_after():
-    t0 = time.monotonic()
-    try:
-        data = s.recv(1)
-    except ConnectionResetError:
-        data = b""
-    assert data == b"", "the server sent %r instead of closing" % data
-    return time.monotonic() - t0
-magic, o, flags = struct.unpack(">QQH", read(18))
-assert magic == 0x4e42444d41474943 and o == IHAVEOPT
-s.sendall(struct.pack(">I", 3))                 # FIXED_NEWSTYLE|NO_ZEROES
-if mode == "plain":
-    s.sendall(opt(3))                           # LIST
-    typ = reply(3)
-    assert typ == 0x80000005, hex(typ)          # NBD_REP_ERR_TLS_REQD
-    s.sendall(opt(7, struct.pack(">IH", 0, 0)))  # GO ""
-    typ = reply(7)
-    assert typ == 0x80000005, hex(typ)
-    s.sendall(opt(1))                           # EXPORT_NAME ""
-elif mode == "inject":
-    s.sendall(opt(5) + opt(3))                  # STARTTLS + LIST at once
-    t0 = time.monotonic()
-    got = b""
-    while True:
-        try:
-            c = s.recv(4096)
-        except ConnectionResetError:
-            c = b""
-        if not c:
-            break
-        got += c
-    ack = struct.pack(">QIII", REPLY, 5, 1, 0)  # NBD_REP_ACK to STARTTLS
-    assert got in (b"", ack), "the server answered %r" % got
-    print("%.1f" % (time.monotonic() - t0))
-    sys.exit(0)
-else:
-    s.sendall(opt(5))
-    assert reply(5) == 1
-    if mode == "hello":
-        s.sendall(bytes([0x16, 3, 1, 2, 0]))    # a 512-byte ClientHello's header
-print("%.1f" % eof_after())
-PYEOF
-}
 
 # A client that stops in the handshake: dropped at the handshake limit
 # (the connection sees EOF), the server goes on.
@@ -602,6 +609,13 @@ PYEOF
     tls_stop rt
     ok "inside TLS: STARTTLS again refused; a client that reads no replies is dropped at --reply-timeout"
 fi
+
+wait $dl_pid || fail "the default handshake limit: $(cat default-limit.out)"
+untrack_pid $dl_pid
+dt=$(cat default-limit.out)
+awk -v t="$dt" 'BEGIN { exit !(t >= 9 && t < 40) }' ||
+    fail "a silent client was dropped after $dt s; the default limit is 10 s"
+ok "the default handshake limit, 10 s, holds with TLS"
 
 tls_stop pskunix
 tls_stop psktcp
