@@ -13,16 +13,16 @@
 # client to a TLS server, a TLS client to a plain server.  Byte-level
 # clients: one that stops after STARTTLS or inside the TLS handshake
 # (dropped at --handshake-limit, and at the default 10 s, measured in the
-# background), options pipelined after STARTTLS or sent
-# without it, and inside TLS (Python's ssl) a second STARTTLS and a client
-# that reads no replies (--reply-timeout).  Bad usage exits 2 with
-# nothing opened.  No key, PSK key or PSK user name appears in any
-# message of the server or of our client (libnbd's tools echo the URI,
-# user name and all, so for them only keys are checked).
+# background), options pipelined after STARTTLS or sent without it, and
+# inside TLS (Python's ssl) a second STARTTLS and a client that reads no
+# replies (--reply-timeout).  Bad usage exits 2 with nothing opened.  No
+# key, PSK key or PSK user name appears in any message of the server or
+# of our client (libnbd's tools echo the URI, user name and all, so for
+# them only keys are checked).
 #
-# Cases that need QEMU's tools are skipped without them.
 # The server is the one tls-lib.sh's tls_serve runs ($TLS_SERVER); cases
-# of options nbdkit lacks are skipped when that is nbdkit.
+# of options nbdkit lacks are skipped when that is nbdkit, and cases that
+# need QEMU's tools are skipped without them.
 #
 # Copyright (C) 2026 qemu-mirror authors
 # SPDX-License-Identifier: GPL-2.0-or-later
