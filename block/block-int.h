@@ -298,7 +298,8 @@ struct BlockDriver {
 struct BlockDriverState {
     const BlockDriver *drv;
     void *opaque;            /* driver state, drv->instance_size bytes */
-    char *filename;          /* the spec we were opened with */
+    char *filename;          /* the spec we were opened with (a driver
+                              * may redact it: NBD user names) */
     int open_flags;          /* BDRV_O_* */
     uint64_t perm;           /* BLK_PERM_* held (from open_flags) */
     uint64_t shared_perm;    /* BLK_PERM_* shared with others */

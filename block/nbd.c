@@ -188,6 +188,9 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     g_queue_init(&s->done);
     g_mutex_init(&s->done_lock);
     s->display = nbdblk_uri_redact(spec);
+    /* What `info`, `check`, QMP and messages show: no TLS user name. */
+    g_free(bs->filename);
+    bs->filename = g_strdup(s->display);
     s->uri = nbdblk_uri_parse(spec, errp);
     if (!s->uri || !nbdblk_parse_connections(options, &want, &asked, errp) ||
         !nbdblk_parse_timeout(options, "connect-timeout",

@@ -193,7 +193,7 @@ int cmd_check(int argc, char **argv)
                      &err);
     if (ret == -ENOTSUP) {
         tool_error("'%s': this image format (%s) does not support checks",
-                   argv[1], bdrv_get_format_name(bs));
+                   bdrv_get_filename(bs), bdrv_get_format_name(bs));
         return CHECK_EXIT_UNSUPPORTED;
     }
     if (ret < 0) {

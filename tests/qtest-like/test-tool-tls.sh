@@ -212,7 +212,7 @@ for kind in psk x509; do
         expect_exit 63 $TMO "$T" check "$(our_uri "$a" "$kind")"
         if hit=$(tls_secret_in info.out info.json "$last_err"); then
             # docs/mirror-tool.md: "TLS user names are never printed".
-            not_ok "$what: info and check show no secret # TODO" \
+            not_ok "$what: info and check show no secret" \
                 "they print the URI as given: $hit"
         else
             ok "$what: info says tls: yes; info and check show no secret"
