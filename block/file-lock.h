@@ -27,7 +27,10 @@
  * may not hold) on @fd, as QEMU does: first the lock bytes, then a test
  * that no other open file description (another process, or another open
  * of ours) holds a byte that conflicts.  On a conflict every lock byte of
- * @fd is released and @errp says which permission, naming @filename:
+ * @fd is released, those taken before included (QEMU re-applies the old
+ * ones instead: our callers close the node after a failure, so a caller
+ * that keeps it must take its old locks again), and @errp says which
+ * permission, naming @filename:
  * 'Failed to get "write" lock: is another process using the image
  * 'F'?' (BLOCK_ERROR_LOCKED).  The locks live until file_lock_release()
  * or the last close of @fd's open file description; locks on other

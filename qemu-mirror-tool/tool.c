@@ -453,8 +453,10 @@ static bool tool_export_tls_load(ToolExportOpts *o, const char *prefix)
             return false;
         }
         if (!strchr(*a, '=')) {
-            tool_error("%stls-authz '%s': expected a distinguished name "
-                       "such as CN=client,O=Example", prefix, *a);
+            /* Not echoed: it may be a PSK user name given by mistake. */
+            tool_error("%stls-authz: entry %d is not a distinguished name "
+                       "such as CN=client,O=Example", prefix,
+                       (int)(a - o->tls_authz) + 1);
             return false;
         }
     }

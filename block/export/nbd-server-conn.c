@@ -546,7 +546,10 @@ static ssize_t nbdsrv_client_recv(NbdClient *c)
 /*
  * Readable: read and parse until the socket is empty, a limit pauses the
  * client, or NBDSRV_READ_BUDGET bytes or NBDSRV_READ_MAX_REQUESTS requests
- * (a flood of tiny ones) came in.  One recv per dispatch
+ * (a flood of tiny ones) came in.  Through TLS a read returns at most one
+ * record and costs a decryption whatever its size, so each counts as at
+ * least a full record: a client sending 1-byte records cannot keep the
+ * loop here for millions of them.  One recv per dispatch
  * (a request header, then its payload in the next) gave a guest half a
  * request per main-loop iteration while the job, all of whose completions
  * run in one, took the rest: fio got 55% of its rate during a mirror.
@@ -558,12 +561,15 @@ static void nbdsrv_client_read_all(NbdClient *c)
     ssize_t n;
 
     while ((n = nbdsrv_client_recv(c)) >= 0) {
+        size_t cost = c->tls_ready ? MAX((size_t)n, NBDSRV_TLS_RECORD)
+                                   : (size_t)n;
+
         nbdsrv_client_process(c);
-        if (n == 0 || c->closed || c->paused || (size_t)n >= budget ||
+        if (n == 0 || c->closed || c->paused || cost >= budget ||
             c->srv->stats.requests - first >= NBDSRV_READ_MAX_REQUESTS) {
             break;
         }
-        budget -= n;
+        budget -= cost;
     }
 }
 

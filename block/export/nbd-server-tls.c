@@ -470,7 +470,11 @@ static bool nbdsrv_tls_load_psk(NbdTlsCreds *creds, const char *file,
     return true;
 }
 
-/* The --tls-authz list: DNs whole, PSK user names split at commas. */
+/*
+ * The --tls-authz list: DNs whole, PSK user names split at commas; after
+ * the PSK file was loaded, so that a name no line of it has (a typo that
+ * would lock everyone out) is refused at once, by position, not echoed.
+ */
 static bool nbdsrv_tls_load_authz(NbdTlsCreds *creds,
                                   const NbdTlsConfig *cfg, GError **errp)
 {
@@ -489,9 +493,17 @@ static bool nbdsrv_tls_load_authz(NbdTlsCreds *creds,
             g_auto(GStrv) names = g_strsplit(*a, ",", -1);
 
             for (char **n = names; *n; n++) {
-                if (**n) {
-                    g_ptr_array_add(creds->authz, g_strdup(*n));
+                if (!**n) {
+                    continue;
                 }
+                if (!nbdsrv_psk_find(creds, *n)) {
+                    g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                                "'%s': authorization list %d names a user "
+                                "the file does not have", cfg->psk_file,
+                                (int)(a - cfg->authz) + 1);
+                    return false;
+                }
+                g_ptr_array_add(creds->authz, g_strdup(*n));
             }
         } else if (!strchr(*a, '=')) {
             /* Not named: it may be a user name meant for PSK. */
@@ -531,11 +543,11 @@ NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp)
     creds->psk = cfg->psk_file;
     creds->verify_peer = cfg->verify_peer && !creds->psk;
     creds->require = cfg->require;
-    if (!nbdsrv_tls_load_authz(creds, cfg, errp)) {
-        return NULL;
-    }
     if (creds->psk ? !nbdsrv_tls_load_psk(creds, cfg->psk_file, errp)
                    : !nbdsrv_tls_load_x509(creds, cfg->x509_dir, errp)) {
+        return NULL;
+    }
+    if (!nbdsrv_tls_load_authz(creds, cfg, errp)) {
         return NULL;
     }
     prio = g_strconcat(creds->psk ? NBDSRV_TLS_PRIORITY_PSK
@@ -731,6 +743,9 @@ int nbdsrv_tls_handshake(NbdClient *c)
     if (rc < 0) {
         g_debug("nbd export: TLS handshake failed: %s", gnutls_strerror(rc));
         srv->stats.tls_failures++;
+        /* Tell the client why, if the socket takes it now (best effort:
+         * the connection closes either way). */
+        gnutls_alert_send_appropriate(c->tls->session, rc);
         return -1;
     }
     srv->stats.tls_handshakes++;

@@ -76,6 +76,23 @@ def closed(s):
         return False
 
 
+def alerted(s):
+    """True when the server hangs up within TMO, having sent at most a TLS
+    alert (content type 21) first."""
+    got = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except ConnectionResetError:
+        pass
+    except socket.timeout:
+        return False
+    return not got or got[0] == 21
+
+
 def connect(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(TMO)
@@ -315,8 +332,8 @@ def protocol_cases(work, pki, cli, disk):
         opt(s, OPT_STARTTLS)
         ok(reply(s)[1] == REP_ACK, "--tls=on: STARTTLS is acknowledged")
         s.sendall(b"GET / HTTP/1.0\r\n\r\n" + bytes(64))
-        ok(closed(s), "garbage instead of a ClientHello fails the "
-           "handshake: closed")
+        ok(alerted(s), "garbage instead of a ClientHello fails the "
+           "handshake: an alert at most, then closed")
         s.close()
     finally:
         srv.stop()
@@ -504,6 +521,17 @@ def cli_cases(work, pki):
     refused("--tls-authz of a DN without verification",
             ["--tls-creds", pki, "--tls-verify-peer=off", "--tls-authz",
              "CN=client"], "--tls-verify-peer=on")
+    refused("--tls-authz of a user name with X.509",
+            ["--tls-creds", pki, "--tls-authz", "CN=client,O=Example",
+             "--tls-authz", secret_user], "--tls-authz: entry 2",
+            hidden=(secret_user,))
+    with open(bad, "w") as f:
+        f.write("%s:%s\n" % (secret_user, secret_key))
+    refused("--tls-authz naming a user the PSK file lacks",
+            ["--tls-psk-file", bad, "--tls-authz",
+             secret_user + "," + secret_user + "x"],
+            "authorization list 1 names a user the file does not have",
+            hidden=(secret_user, secret_key))
 
     # A remote address: TLS required of all is enough; --tls=on is not.
     r = run(TOOL, "serve", "--tls-creds", pki, "--tls=on", "tcp:0.0.0.0:0",

@@ -458,7 +458,7 @@ if skip_unless_ours "--tls-authz with PSK: a user of the file not in the list is
     cp base.raw img-azp.raw
     img_azp=img-azp.raw
     tls_serve azp "unix:$scratch/azp.sock" img-azp.raw \
-        --tls-psk-file "$TLS_PSK_TWO" --tls-authz "nobody,$U"
+        --tls-psk-file "$TLS_PSK_TWO" --tls-authz "$U"
     good_uri[azp]=$(lnbd_uri "$addr" psk)
     refused "PSK user not in --tls-authz (libnbd)" azp \
         $TMO nbdcopy data.raw \
