@@ -266,8 +266,14 @@ for s in "${SERVERS[@]}"; do
     if [[ $s == *-plain ]] || [[ $MT_TLS == 0 && $s == mt-* ]]; then
         continue
     fi
-    cipher=$(start_server "$s" && LIBNBD_DEBUG=1 timeout 60 nbdinfo --size \
-        "$(client_uri nbdcopy "$s")" 2>&1 | sed -n 's/.*connection is using TLS: //p')
+    # start_server in this shell, not in $(...): its SRV_PID is what
+    # stop_server kills.
+    cipher=
+    if start_server "$s"; then
+        cipher=$(LIBNBD_DEBUG=1 timeout 60 nbdinfo --size \
+            "$(client_uri nbdcopy "$s")" 2>&1 |
+            sed -n 's/.*connection is using TLS: //p')
+    fi
     stop_server
     printf '# TLS of %-34s %s\n' "${SRV_LABEL[$s]}:" "${cipher:-(none: nbdinfo failed)}"
 done
