@@ -128,6 +128,17 @@ bool raw_wait_closed(int fd);
         }                                                           \
     } while (0)
 
+/* The same for clients that are libnbd handles: says what libnbd
+ * reported too (the test includes libnbd.h). */
+#define NBD_FAIL_IF(cond)                                           \
+    do {                                                            \
+        if (cond) {                                                 \
+            g_printerr("client: line %d: %s (%s)\n", __LINE__,      \
+                       #cond, nbd_get_error());                     \
+            return __LINE__;                                        \
+        }                                                           \
+    } while (0)
+
 /* A main-loop callback run every 5 ms until it returns true. */
 typedef struct Monitor {
     bool (*fn)(void *data);

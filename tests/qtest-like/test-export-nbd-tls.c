@@ -24,16 +24,7 @@
 #define KEY_BOB     "fedcba9876543210fedcba9876543210"
 #define SMALL_WRITES 256
 
-/* Here the clients are libnbd handles: say what libnbd reported too. */
-#undef FAIL_IF
-#define FAIL_IF(cond)                                               \
-    do {                                                            \
-        if (cond) {                                                 \
-            g_printerr("client: line %d: %s (%s)\n", __LINE__,      \
-                       #cond, nbd_get_error());                     \
-            return __LINE__;                                        \
-        }                                                           \
-    } while (0)
+/* Here the clients are libnbd handles (NBD_FAIL_IF). */
 
 typedef struct TlsClient {
     ExportFixture *f;
@@ -86,8 +77,8 @@ static int refused_client(void *opaque)
     struct nbd_handle *h = nbd_create();
     int rc;
 
-    FAIL_IF(!h);
-    FAIL_IF(!client_creds(h, c));
+    NBD_FAIL_IF(!h);
+    NBD_FAIL_IF(!client_creds(h, c));
     rc = nbd_connect_unix(h, c->f->sock);
     nbd_close(h);
     return rc == 0 ? __LINE__ : 0;
@@ -115,43 +106,43 @@ static int tls_client(void *opaque)
     g_autofree uint8_t *small = g_malloc(SMALL_WRITES * 4096);
     int done = 0;
 
-    FAIL_IF(!h);
-    FAIL_IF(!client_creds(h, c));
-    FAIL_IF(nbd_add_meta_context(h, "base:allocation") < 0);
-    FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
-    FAIL_IF(nbd_get_tls_negotiated(h) != 1);
-    FAIL_IF(nbd_get_size(h) != f->size);
+    NBD_FAIL_IF(!h);
+    NBD_FAIL_IF(!client_creds(h, c));
+    NBD_FAIL_IF(nbd_add_meta_context(h, "base:allocation") < 0);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
+    NBD_FAIL_IF(nbd_get_tls_negotiated(h) != 1);
+    NBD_FAIL_IF(nbd_get_size(h) != f->size);
     for (int64_t pos = 0; pos < f->size; pos += 4 * MiB) {
-        FAIL_IF(nbd_pread(h, buf + pos, 4 * MiB, pos, 0) < 0);
+        NBD_FAIL_IF(nbd_pread(h, buf + pos, 4 * MiB, pos, 0) < 0);
     }
-    FAIL_IF(memcmp(buf, f->model, f->size));
+    NBD_FAIL_IF(memcmp(buf, f->model, f->size));
 
     for (int i = 0; i < SMALL_WRITES; i++) {
         nbd_completion_callback cb = { .callback = aio_done,
                                        .user_data = &done };
 
         memset(small + i * 4096, (i % 255) + 1, 4096);
-        FAIL_IF(nbd_aio_pwrite(h, small + i * 4096, 4096,
+        NBD_FAIL_IF(nbd_aio_pwrite(h, small + i * 4096, 4096,
                                2 * MiB + i * 4096, cb, 0) < 0);
     }
     while (done < SMALL_WRITES) {
-        FAIL_IF(nbd_poll(h, -1) < 0);
+        NBD_FAIL_IF(nbd_poll(h, -1) < 0);
     }
     /* A large write whose payload spans many records. */
     test_fill_pattern(buf, 8 * MiB, 8 * MiB, 99);
-    FAIL_IF(nbd_pwrite(h, buf, 8 * MiB, 8 * MiB, 0) < 0);
+    NBD_FAIL_IF(nbd_pwrite(h, buf, 8 * MiB, 8 * MiB, 0) < 0);
     memset(buf + 8 * MiB, 0, 8 * MiB);
-    FAIL_IF(nbd_pread(h, buf + 8 * MiB, 8 * MiB, 8 * MiB, 0) < 0);
-    FAIL_IF(memcmp(buf, buf + 8 * MiB, 8 * MiB));
-    FAIL_IF(nbd_pread(h, buf, SMALL_WRITES * 4096, 2 * MiB, 0) < 0);
-    FAIL_IF(memcmp(buf, small, SMALL_WRITES * 4096));
+    NBD_FAIL_IF(nbd_pread(h, buf + 8 * MiB, 8 * MiB, 8 * MiB, 0) < 0);
+    NBD_FAIL_IF(memcmp(buf, buf + 8 * MiB, 8 * MiB));
+    NBD_FAIL_IF(nbd_pread(h, buf, SMALL_WRITES * 4096, 2 * MiB, 0) < 0);
+    NBD_FAIL_IF(memcmp(buf, small, SMALL_WRITES * 4096));
 
     /* Restore the model. */
-    FAIL_IF(nbd_pwrite(h, f->model + 2 * MiB, SMALL_WRITES * 4096, 2 * MiB,
+    NBD_FAIL_IF(nbd_pwrite(h, f->model + 2 * MiB, SMALL_WRITES * 4096, 2 * MiB,
                        0) < 0);
-    FAIL_IF(nbd_pwrite(h, f->model + 8 * MiB, 8 * MiB, 8 * MiB, 0) < 0);
-    FAIL_IF(nbd_flush(h, 0) < 0);
-    FAIL_IF(nbd_shutdown(h, 0) < 0);
+    NBD_FAIL_IF(nbd_pwrite(h, f->model + 8 * MiB, 8 * MiB, 8 * MiB, 0) < 0);
+    NBD_FAIL_IF(nbd_flush(h, 0) < 0);
+    NBD_FAIL_IF(nbd_shutdown(h, 0) < 0);
     nbd_close(h);
     return 0;
 }

@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from nbdraw import read
+
 TOOL = os.environ.get("MIRROR_TOOL") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)),
     "../../build/qemu-mirror-tool/mirror-tool")
@@ -54,16 +56,6 @@ def ok(cond, name):
 def run(*args, **kw):
     return subprocess.run(list(args), capture_output=True, text=True,
                           timeout=120, **kw)
-
-
-def read(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise EOFError("closed after %d of %d bytes" % (len(b), n))
-        b += c
-    return b
 
 
 def closed(s):

@@ -23,16 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Here the clients are libnbd handles: say what libnbd reported too. */
-#undef FAIL_IF
-#define FAIL_IF(cond)                                               \
-    do {                                                            \
-        if (cond) {                                                 \
-            g_printerr("client: line %d: %s (%s)\n", __LINE__,      \
-                       #cond, nbd_get_error());                     \
-            return __LINE__;                                        \
-        }                                                           \
-    } while (0)
+/* Here the clients are libnbd handles (NBD_FAIL_IF). */
 
 /* ---- addresses ---- */
 
@@ -194,72 +185,72 @@ static int data_client(void *opaque)
     g_autofree uint8_t *buf = g_malloc(3 * MiB);
     uint8_t *m = f->model;
 
-    FAIL_IF(nbd_add_meta_context(h, "base:allocation") < 0);
-    FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
-    FAIL_IF(nbd_get_size(h) != FIX_SIZE);
-    FAIL_IF(nbd_is_read_only(h) != 0);
-    FAIL_IF(nbd_can_flush(h) != 1 || nbd_can_fua(h) != 1);
-    FAIL_IF(nbd_can_trim(h) != 1 || nbd_can_zero(h) != 1);
-    FAIL_IF(nbd_can_fast_zero(h) != 1 || nbd_can_multi_conn(h) != 1);
-    FAIL_IF(nbd_can_df(h) != 1 || nbd_can_meta_context(h,
+    NBD_FAIL_IF(nbd_add_meta_context(h, "base:allocation") < 0);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
+    NBD_FAIL_IF(nbd_get_size(h) != FIX_SIZE);
+    NBD_FAIL_IF(nbd_is_read_only(h) != 0);
+    NBD_FAIL_IF(nbd_can_flush(h) != 1 || nbd_can_fua(h) != 1);
+    NBD_FAIL_IF(nbd_can_trim(h) != 1 || nbd_can_zero(h) != 1);
+    NBD_FAIL_IF(nbd_can_fast_zero(h) != 1 || nbd_can_multi_conn(h) != 1);
+    NBD_FAIL_IF(nbd_can_df(h) != 1 || nbd_can_meta_context(h,
                                                        "base:allocation") != 1);
-    FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM) != 1);
-    FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_PREFERRED) != 4096);
-    FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM) != 32 * MiB);
+    NBD_FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM) != 1);
+    NBD_FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_PREFERRED) != 4096);
+    NBD_FAIL_IF(nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM) != 32 * MiB);
 
     /* Block status of the untouched image, then one extent only. */
-    FAIL_IF(nbd_block_status(h, FIX_SIZE, 0, (nbd_extent_callback) {
+    NBD_FAIL_IF(nbd_block_status(h, FIX_SIZE, 0, (nbd_extent_callback) {
                 .callback = status_cb, .user_data = &s }, 0) < 0);
-    FAIL_IF(s.n != G_N_ELEMENTS(expect) ||
+    NBD_FAIL_IF(s.n != G_N_ELEMENTS(expect) ||
             memcmp(s.entries, expect, sizeof(expect)) != 0);
-    FAIL_IF(nbd_block_status(h, 512 * KiB, 2 * MiB, (nbd_extent_callback) {
+    NBD_FAIL_IF(nbd_block_status(h, 512 * KiB, 2 * MiB, (nbd_extent_callback) {
                 .callback = status_cb, .user_data = &s },
                 LIBNBD_CMD_FLAG_REQ_ONE) < 0);
-    FAIL_IF(s.n != 2 || s.entries[0] != 512 * KiB || s.entries[1] != 3);
+    NBD_FAIL_IF(s.n != 2 || s.entries[0] != 512 * KiB || s.entries[1] != 3);
 
     /* Writes: aligned, odd, across data and hole, with FUA. */
     test_fill_pattern(m + 2 * MiB, 2 * MiB, 64 * KiB, 101);
-    FAIL_IF(nbd_pwrite(h, m + 2 * MiB, 64 * KiB, 2 * MiB, 0) < 0);
+    NBD_FAIL_IF(nbd_pwrite(h, m + 2 * MiB, 64 * KiB, 2 * MiB, 0) < 0);
     test_fill_pattern(m + 777, 777, 12345, 102);
-    FAIL_IF(nbd_pwrite(h, m + 777, 12345, 777, 0) < 0);
+    NBD_FAIL_IF(nbd_pwrite(h, m + 777, 12345, 777, 0) < 0);
     test_fill_pattern(m + 6 * MiB - 3, 6 * MiB - 3, 1 * MiB, 103);
-    FAIL_IF(nbd_pwrite(h, m + 6 * MiB - 3, 1 * MiB, 6 * MiB - 3,
+    NBD_FAIL_IF(nbd_pwrite(h, m + 6 * MiB - 3, 1 * MiB, 6 * MiB - 3,
                        LIBNBD_CMD_FLAG_FUA) < 0);
     test_fill_pattern(m + FIX_SIZE - 8 * MiB, FIX_SIZE - 8 * MiB, 8 * MiB,
                       104);
-    FAIL_IF(nbd_pwrite(h, m + FIX_SIZE - 8 * MiB, 8 * MiB,
+    NBD_FAIL_IF(nbd_pwrite(h, m + FIX_SIZE - 8 * MiB, 8 * MiB,
                        FIX_SIZE - 8 * MiB, 0) < 0);
 
     /* Zeroes: punching, allocating (NO_HOLE), unaligned, fast. */
     memset(m + 4 * MiB, 0, 256 * KiB);
-    FAIL_IF(nbd_zero(h, 256 * KiB, 4 * MiB, 0) < 0);
+    NBD_FAIL_IF(nbd_zero(h, 256 * KiB, 4 * MiB, 0) < 0);
     memset(m + 9 * MiB + 5, 0, 100 * KiB);
-    FAIL_IF(nbd_zero(h, 100 * KiB, 9 * MiB + 5, LIBNBD_CMD_FLAG_NO_HOLE) < 0);
+    NBD_FAIL_IF(nbd_zero(h, 100 * KiB, 9 * MiB + 5, LIBNBD_CMD_FLAG_NO_HOLE) < 0);
     if (nbd_zero(h, 1 * MiB, 10 * MiB, LIBNBD_CMD_FLAG_FAST_ZERO) < 0) {
         /* Not fast here: then nothing may have changed. */
-        FAIL_IF(nbd_get_errno() != ENOTSUP);
+        NBD_FAIL_IF(nbd_get_errno() != ENOTSUP);
     } else {
         memset(m + 10 * MiB, 0, 1 * MiB);
     }
     if (nbd_zero(h, 100, 10 * MiB + 1, LIBNBD_CMD_FLAG_FAST_ZERO) < 0) {
-        FAIL_IF(nbd_get_errno() != ENOTSUP);
+        NBD_FAIL_IF(nbd_get_errno() != ENOTSUP);
     } else {
         memset(m + 10 * MiB + 1, 0, 100);
     }
 
     /* Trim leaves old data or zeroes: learn which. */
-    FAIL_IF(nbd_trim(h, 1 * MiB, 15 * MiB - 2 * MiB, LIBNBD_CMD_FLAG_FUA) < 0);
-    FAIL_IF(nbd_pread(h, buf, 1 * MiB, 15 * MiB - 2 * MiB, 0) < 0);
+    NBD_FAIL_IF(nbd_trim(h, 1 * MiB, 15 * MiB - 2 * MiB, LIBNBD_CMD_FLAG_FUA) < 0);
+    NBD_FAIL_IF(nbd_pread(h, buf, 1 * MiB, 15 * MiB - 2 * MiB, 0) < 0);
     for (int i = 0; i < 1 * MiB; i++) {
-        FAIL_IF(buf[i] && buf[i] != m[15 * MiB - 2 * MiB + i]);
+        NBD_FAIL_IF(buf[i] && buf[i] != m[15 * MiB - 2 * MiB + i]);
     }
     memcpy(m + 15 * MiB - 2 * MiB, buf, 1 * MiB);
-    FAIL_IF(nbd_flush(h, 0) < 0);
+    NBD_FAIL_IF(nbd_flush(h, 0) < 0);
 
     /* A 3 MiB read spanning everything touched around 4-7 MiB. */
-    FAIL_IF(nbd_pread(h, buf, 3 * MiB, 4 * MiB, 0) < 0);
-    FAIL_IF(memcmp(buf, m + 4 * MiB, 3 * MiB) != 0);
-    FAIL_IF(nbd_shutdown(h, 0) < 0);
+    NBD_FAIL_IF(nbd_pread(h, buf, 3 * MiB, 4 * MiB, 0) < 0);
+    NBD_FAIL_IF(memcmp(buf, m + 4 * MiB, 3 * MiB) != 0);
+    NBD_FAIL_IF(nbd_shutdown(h, 0) < 0);
     nbd_close(h);
     return 0;
 }
@@ -290,25 +281,25 @@ static int read_only_client(void *opaque)
     RawReply r;
     int fd;
 
-    FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
-    FAIL_IF(nbd_is_read_only(h) != 1 || nbd_can_trim(h) || nbd_can_zero(h));
-    FAIL_IF(nbd_pwrite(h, payload, sizeof(payload), 0, 0) == 0);
-    FAIL_IF(nbd_get_errno() != EPERM);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
+    NBD_FAIL_IF(nbd_is_read_only(h) != 1 || nbd_can_trim(h) || nbd_can_zero(h));
+    NBD_FAIL_IF(nbd_pwrite(h, payload, sizeof(payload), 0, 0) == 0);
+    NBD_FAIL_IF(nbd_get_errno() != EPERM);
     nbd_close(h);
 
     /* What a client that ignores the flags gets. */
     for (int structured = 0; structured < 2; structured++) {
         fd = raw_open(f->sock, structured, false);
-        FAIL_IF(fd < 0);
+        NBD_FAIL_IF(fd < 0);
         for (size_t i = 0; i < G_N_ELEMENTS(cmds); i++) {
-            FAIL_IF(!raw_request(fd, 0, cmds[i], i, 0, sizeof(payload),
+            NBD_FAIL_IF(!raw_request(fd, 0, cmds[i], i, 0, sizeof(payload),
                                  cmds[i] == NBD_CMD_WRITE ? payload : NULL));
-            FAIL_IF(!raw_reply(fd, structured, 0, &r));
-            FAIL_IF(r.cookie != i || r.error != NBD_EPERM);
+            NBD_FAIL_IF(!raw_reply(fd, structured, 0, &r));
+            NBD_FAIL_IF(r.cookie != i || r.error != NBD_EPERM);
             raw_reply_clear(&r);
         }
-        FAIL_IF(!raw_request(fd, 0, NBD_CMD_FLUSH, 9, 0, 0, NULL));
-        FAIL_IF(!raw_reply(fd, structured, 0, &r) || r.error);
+        NBD_FAIL_IF(!raw_request(fd, 0, NBD_CMD_FLUSH, 9, 0, 0, NULL));
+        NBD_FAIL_IF(!raw_reply(fd, structured, 0, &r) || r.error);
         close(fd);
     }
     return 0;
@@ -344,18 +335,18 @@ static int err_client(void *opaque)
     RawReply r;
     int fd = raw_open(e->f->sock, e->structured, false);
 
-    FAIL_IF(fd < 0);
-    FAIL_IF(!raw_request(fd, e->flags, e->cmd, 42, 1 * MiB, 4096,
+    NBD_FAIL_IF(fd < 0);
+    NBD_FAIL_IF(!raw_request(fd, e->flags, e->cmd, 42, 1 * MiB, 4096,
                          e->cmd == NBD_CMD_WRITE ? payload : NULL));
-    FAIL_IF(!raw_reply(fd, e->structured,
+    NBD_FAIL_IF(!raw_reply(fd, e->structured,
                        e->cmd == NBD_CMD_READ ? 4096 : 0, &r));
-    FAIL_IF(r.cookie != 42 || r.error != e->expect);
-    FAIL_IF(r.len != 0);    /* no data after an error */
+    NBD_FAIL_IF(r.cookie != 42 || r.error != e->expect);
+    NBD_FAIL_IF(r.len != 0);    /* no data after an error */
     raw_reply_clear(&r);
     /* The connection still works. */
-    FAIL_IF(!raw_request(fd, 0, NBD_CMD_READ, 43, 0, 4096, NULL));
-    FAIL_IF(!raw_reply(fd, e->structured, 4096, &r) || r.error);
-    FAIL_IF(r.len != 4096);
+    NBD_FAIL_IF(!raw_request(fd, 0, NBD_CMD_READ, 43, 0, 4096, NULL));
+    NBD_FAIL_IF(!raw_reply(fd, e->structured, 4096, &r) || r.error);
+    NBD_FAIL_IF(r.len != 4096);
     raw_reply_clear(&r);
     close(fd);
     return 0;
@@ -424,39 +415,39 @@ static int options_client(void *opaque)
     int metas = 0;
     char *s;
 
-    FAIL_IF(nbd_set_opt_mode(h, true) < 0);
-    FAIL_IF(nbd_set_full_info(h, true) < 0);
-    FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
-    FAIL_IF(nbd_opt_list(h, (nbd_list_callback) {
+    NBD_FAIL_IF(nbd_set_opt_mode(h, true) < 0);
+    NBD_FAIL_IF(nbd_set_full_info(h, true) < 0);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
+    NBD_FAIL_IF(nbd_opt_list(h, (nbd_list_callback) {
                 .callback = list_cb, .user_data = listed }) != 1);
-    FAIL_IF(strcmp(listed, "exp") != 0);
-    FAIL_IF(nbd_set_export_name(h, "other") < 0);
-    FAIL_IF(nbd_opt_info(h) == 0);          /* NBD_REP_ERR_UNKNOWN */
-    FAIL_IF(nbd_set_export_name(h, "exp") < 0);
-    FAIL_IF(nbd_opt_info(h) < 0);
-    FAIL_IF(nbd_get_size(h) != FIX_SIZE);
+    NBD_FAIL_IF(strcmp(listed, "exp") != 0);
+    NBD_FAIL_IF(nbd_set_export_name(h, "other") < 0);
+    NBD_FAIL_IF(nbd_opt_info(h) == 0);          /* NBD_REP_ERR_UNKNOWN */
+    NBD_FAIL_IF(nbd_set_export_name(h, "exp") < 0);
+    NBD_FAIL_IF(nbd_opt_info(h) < 0);
+    NBD_FAIL_IF(nbd_get_size(h) != FIX_SIZE);
     s = nbd_get_export_description(h);
-    FAIL_IF(!s || strcmp(s, "qemu-mirror export (raw)") != 0);
+    NBD_FAIL_IF(!s || strcmp(s, "qemu-mirror export (raw)") != 0);
     free(s);
     s = nbd_get_canonical_export_name(h);
-    FAIL_IF(!s || strcmp(s, "exp") != 0);
+    NBD_FAIL_IF(!s || strcmp(s, "exp") != 0);
     free(s);
-    FAIL_IF(nbd_opt_list_meta_context(h, (nbd_context_callback) {
+    NBD_FAIL_IF(nbd_opt_list_meta_context(h, (nbd_context_callback) {
                 .callback = meta_cb, .user_data = &metas }) != 1);
-    FAIL_IF(metas != 1);
-    FAIL_IF(nbd_opt_go(h) < 0);
-    FAIL_IF(nbd_aio_is_ready(h) != 1);
+    NBD_FAIL_IF(metas != 1);
+    NBD_FAIL_IF(nbd_opt_go(h) < 0);
+    NBD_FAIL_IF(nbd_aio_is_ready(h) != 1);
     nbd_close(h);
 
     /* The default export ("") is this export too. */
     h = nbd_create();
-    FAIL_IF(nbd_set_export_name(h, "") < 0);
-    FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
+    NBD_FAIL_IF(nbd_set_export_name(h, "") < 0);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) < 0);
     nbd_close(h);
     /* A wrong name fails NBD_OPT_GO politely... */
     h = nbd_create();
-    FAIL_IF(nbd_set_export_name(h, "nope") < 0);
-    FAIL_IF(nbd_connect_unix(h, f->sock) == 0);
+    NBD_FAIL_IF(nbd_set_export_name(h, "nope") < 0);
+    NBD_FAIL_IF(nbd_connect_unix(h, f->sock) == 0);
     nbd_close(h);
     return 0;
 }
@@ -481,22 +472,22 @@ static int export_name_client(void *opaque)
         RawReply r;
         int fd = raw_connect(f->sock);
 
-        FAIL_IF(fd < 0 || !raw_greeting(fd, NBD_FLAG_C_FIXED_NEWSTYLE |
+        NBD_FAIL_IF(fd < 0 || !raw_greeting(fd, NBD_FLAG_C_FIXED_NEWSTYLE |
                                         (no_zeroes ? NBD_FLAG_C_NO_ZEROES
                                                    : 0)));
-        FAIL_IF(!raw_opt(fd, NBD_OPT_EXPORT_NAME, "exp", 3));
-        FAIL_IF(!raw_read(fd, info, info_len));
-        FAIL_IF(nbdsrv_get64(info) != FIX_SIZE);
-        FAIL_IF(!(nbdsrv_get16(info + 8) & NBD_FLAG_HAS_FLAGS));
-        FAIL_IF(nbdsrv_get16(info + 8) & NBD_FLAG_SEND_DF);
+        NBD_FAIL_IF(!raw_opt(fd, NBD_OPT_EXPORT_NAME, "exp", 3));
+        NBD_FAIL_IF(!raw_read(fd, info, info_len));
+        NBD_FAIL_IF(nbdsrv_get64(info) != FIX_SIZE);
+        NBD_FAIL_IF(!(nbdsrv_get16(info + 8) & NBD_FLAG_HAS_FLAGS));
+        NBD_FAIL_IF(nbdsrv_get16(info + 8) & NBD_FLAG_SEND_DF);
         for (size_t i = 10; i < info_len; i++) {
-            FAIL_IF(info[i] != 0);
+            NBD_FAIL_IF(info[i] != 0);
         }
-        FAIL_IF(!raw_request(fd, 0, NBD_CMD_READ, 7, 4 * MiB, 64 * KiB,
+        NBD_FAIL_IF(!raw_request(fd, 0, NBD_CMD_READ, 7, 4 * MiB, 64 * KiB,
                              NULL));
-        FAIL_IF(!raw_reply(fd, false, 64 * KiB, &r));
-        FAIL_IF(r.structured || r.error || r.cookie != 7);
-        FAIL_IF(memcmp(r.data, f->model + 4 * MiB, 64 * KiB) != 0);
+        NBD_FAIL_IF(!raw_reply(fd, false, 64 * KiB, &r));
+        NBD_FAIL_IF(r.structured || r.error || r.cookie != 7);
+        NBD_FAIL_IF(memcmp(r.data, f->model + 4 * MiB, 64 * KiB) != 0);
         raw_reply_clear(&r);
         close(fd);
     }
