@@ -172,10 +172,12 @@ static int nbdsrv_tls_verify_cb(gnutls_session_t session)
  * only show as every client's handshake failing, on the clients.
  */
 static bool nbdsrv_tls_check_server_cert(NbdTlsCreds *creds,
-                                         const char *dir, GError **errp)
+                                         const char *dir, const char *ca,
+                                         GError **errp)
 {
     gnutls_x509_crt_t *crts = NULL;
-    unsigned n = 0;
+    gnutls_x509_trust_list_t trust = NULL;
+    unsigned n = 0, status = 0;
     time_t now = time(NULL);
     const char *why = NULL;
 
@@ -186,6 +188,18 @@ static bool nbdsrv_tls_check_server_cert(NbdTlsCreds *creds,
         why = "not valid yet";
     } else if (n && gnutls_x509_crt_get_expiration_time(crts[0]) < now) {
         why = "expired";
+    } else if (n && (gnutls_x509_trust_list_init(&trust, 0) < 0 ||
+                     gnutls_x509_trust_list_add_trust_file(
+                         trust, ca, NULL, GNUTLS_X509_FMT_PEM, 0, 0) <= 0 ||
+                     gnutls_x509_trust_list_verify_crt(trust, crts, n, 0,
+                                                       &status, NULL) < 0 ||
+                     status)) {
+        /* As QEMU checks its pair: clients that trust this CA would
+         * refuse every handshake. */
+        why = "not issued by ca-cert.pem";
+    }
+    if (trust) {
+        gnutls_x509_trust_list_deinit(trust, 1);
     }
     for (unsigned i = 0; i < n; i++) {
         gnutls_x509_crt_deinit(crts[i]);
@@ -248,7 +262,7 @@ static bool nbdsrv_tls_load_x509(NbdTlsCreds *creds, const char *dir,
                     gnutls_strerror(rc));
         return false;
     }
-    if (!nbdsrv_tls_check_server_cert(creds, dir, errp)) {
+    if (!nbdsrv_tls_check_server_cert(creds, dir, ca, errp)) {
         return false;
     }
     if (creds->verify_peer) {

@@ -501,6 +501,14 @@ def cli_cases(work, pki):
                    capture_output=True, check=True)
     refused("expired server certificate", ["--tls-creds", expired],
             "server-cert.pem: the certificate is expired")
+    wrongca = os.path.join(work, "wrongca")
+    os.mkdir(wrongca)
+    for name in ("server-cert.pem", "server-key.pem"):
+        shutil.copy(os.path.join(pki, name), wrongca)
+    shutil.copy(os.path.join(work, "other", "other-ca.pem"),
+                os.path.join(wrongca, "ca-cert.pem"))
+    refused("server certificate of another CA", ["--tls-creds", wrongca],
+            "server-cert.pem: the certificate is not issued by ca-cert.pem")
     refused("--tls without credentials", ["--tls=on"], "--tls needs")
     refused("--tls-authz without credentials", ["--tls-authz", "x"],
             "--tls-authz needs")
