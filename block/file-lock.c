@@ -96,6 +96,30 @@ static int file_lock_probe(int fd)
     return file_lock_fcntl(fd, F_OFD_GETLK, 0, 0, &type);
 }
 
+/*
+ * For each permission of @bits, fail (releasing every lock of @fd) when
+ * another open file description holds its byte at @base + bit; @kind is
+ * "" or "shared " for the message.
+ */
+static bool file_lock_check(int fd, uint64_t bits, int base,
+                            const char *kind, const char *filename,
+                            GError **errp)
+{
+    for (int i = 0; i < FILE_LOCK_NBITS; i++) {
+        uint64_t bit = 1ULL << i;
+
+        if ((bits & bit) && file_lock_held_elsewhere(fd, base + i)) {
+            file_lock_release(fd);
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_LOCKED,
+                        "Failed to get %s\"%s\" lock: is another process "
+                        "using the image '%s'?", kind,
+                        file_lock_perm_name(bit), filename);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool file_lock_take(int fd, OnOffAuto mode, uint64_t perm, uint64_t shared,
                     const char *filename, GError **errp)
 {
@@ -130,33 +154,10 @@ bool file_lock_take(int fd, OnOffAuto mode, uint64_t perm, uint64_t shared,
         }
     }
     /* In QEMU's order: what we want, then what we do not share. */
-    for (int i = 0; i < FILE_LOCK_NBITS; i++) {
-        uint64_t bit = 1ULL << i;
-
-        if ((perm & bit) &&
-            file_lock_held_elsewhere(fd, FILE_LOCK_SHARED_BASE + i)) {
-            file_lock_release(fd);
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_LOCKED,
-                        "Failed to get \"%s\" lock: is another process "
-                        "using the image '%s'?", file_lock_perm_name(bit),
-                        filename);
-            return false;
-        }
-    }
-    for (int i = 0; i < FILE_LOCK_NBITS; i++) {
-        uint64_t bit = 1ULL << i;
-
-        if ((unshared & bit) &&
-            file_lock_held_elsewhere(fd, FILE_LOCK_PERM_BASE + i)) {
-            file_lock_release(fd);
-            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_LOCKED,
-                        "Failed to get shared \"%s\" lock: is another "
-                        "process using the image '%s'?",
-                        file_lock_perm_name(bit), filename);
-            return false;
-        }
-    }
-    return true;
+    return file_lock_check(fd, perm, FILE_LOCK_SHARED_BASE, "", filename,
+                           errp) &&
+           file_lock_check(fd, unshared, FILE_LOCK_PERM_BASE, "shared ",
+                           filename, errp);
 }
 
 bool file_lock_take_option(GHashTable *options, const char *spec,
