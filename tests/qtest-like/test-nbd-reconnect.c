@@ -681,6 +681,13 @@ static bool job_reconnect_events(void *opaque)
     return w->ev->reconnect_count >= w->reconnects;
 }
 
+static bool job_is_ready(void *opaque)
+{
+    JobWatch *w = opaque;
+
+    return w->ev->ready_count > 0;
+}
+
 static void test_mirror_target_restart(void)
 {
     g_autoptr(Kit) k = NULL;
@@ -754,6 +761,102 @@ static void test_mirror_target_restart(void)
     bdrv_unref(dst);
 }
 
+/* ---- the job flushes again after its target reconnected ---- */
+
+typedef struct FlushWatch {
+    BlockDriverState *null;     /* the target's storage, recording */
+    int flushes_at_ready;       /* FLUSH records when READY came */
+} FlushWatch;
+
+static int count_flushes(BlockDriverState *null)
+{
+    GArray *rec = null_get_records(null);
+    int n = 0;
+
+    for (guint i = 0; i < rec->len; i++) {
+        n += g_array_index(rec, NullRecord, i).op == NULL_OP_FLUSH;
+    }
+    return n;
+}
+
+static void flush_watch_event(Job *job, const JobEvent *ev, void *opaque)
+{
+    FlushWatch *fw = opaque;
+
+    if (ev->type == JOB_EVENT_READY) {
+        fw->flushes_at_ready = count_flushes(fw->null);
+    }
+}
+
+static bool target_flushing(void *opaque)
+{
+    NullStats st;
+
+    null_get_stats(opaque, &st);
+    return st.requests[NULL_OP_FLUSH] > 0;
+}
+
+/*
+ * The connection is cut while the job's READY flush is in flight on the
+ * server: the driver reconnects, flushes, and sends the job's flush
+ * again; that one succeeds, but the target reconnected since it began,
+ * so the job flushes once more before READY: four flushes reached the
+ * storage by then (the first, cut; the driver's; the job's again; the
+ * job's next), three without the rule.
+ */
+static void test_mirror_flush_after_reconnect(void)
+{
+    g_autofree char *dir = test_scratch_new();
+    g_autofree char *addr = g_strdup_printf("unix:%s/sock", dir);
+    g_autofree char *uri = g_strdup_printf("nbd+unix:///?socket=%s/sock",
+                                           dir);
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *src, *null, *dst;
+    TestJobEvents ev = { 0 };
+    FlushWatch fw = { 0 };
+    NbdServer *srv;
+    MirrorParams p;
+    JobWatch w;
+    Job *job;
+
+    null = test_open("null:size=8M,latency-ns=100000000,record=on", NULL,
+                     BDRV_O_RDWR);
+    srv = nbdsrv_new(null, addr, NULL, false, &err);
+    g_assert_no_error(err);
+    nbdblk_set_interrupt_func(serve_while_opening, NULL);
+    dst = open_rc(uri, "30", "1");
+    nbdblk_set_interrupt_func(NULL, NULL);
+    src = test_open("null:size=8M", NULL, 0);
+    fw.null = null;
+    mirror_params_init(&p);
+    p.auto_complete = false;
+    job = mirror_job_new("job0", src, dst, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&ev, job);
+    job_add_listener(job, flush_watch_event, &fw);
+    job_start(job);
+
+    wait_for(target_flushing, null, 60);
+    g_assert_cmpint(ev.ready_count, ==, 0);
+    nbdsrv_disconnect_all(srv);
+    w = (JobWatch) { .job = job, .ev = &ev, .reconnects = 2 };
+    wait_for(job_reconnect_events, &w, 30);
+    wait_for(job_is_ready, &w, 60);
+    g_assert_cmpint(fw.flushes_at_ready, ==, 4);
+    g_assert_true(job_complete(job, &err));
+    g_assert_no_error(err);
+    test_run_until(&ev.concluded, 60);
+    g_assert_cmpint(job->ret, ==, 0);
+
+    job_unref(job);
+    test_job_events_clear(&ev);
+    bdrv_unref(src);
+    bdrv_unref(dst);
+    nbdsrv_free(srv);
+    bdrv_unref(null);
+    test_scratch_free(g_steal_pointer(&dir));
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -768,5 +871,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/reconnect/count-null", test_count_null);
     g_test_add_func("/nbd/reconnect/mirror-target",
                     test_mirror_target_restart);
+    g_test_add_func("/nbd/reconnect/mirror-flush-again",
+                    test_mirror_flush_after_reconnect);
     return g_test_run();
 }
