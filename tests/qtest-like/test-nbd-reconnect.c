@@ -570,6 +570,14 @@ static bool serve_while_opening(void *opaque)
     return false;
 }
 
+static bool null_has_writes(void *opaque)
+{
+    NullStats st;
+
+    null_get_stats(opaque, &st);
+    return st.requests[NULL_OP_WRITE] >= NR_WRITES / 2;
+}
+
 /*
  * Every connection cut by the server mid-way (nbdsrv_disconnect_all()),
  * which keeps listening: after the reconnect, every write reached the
@@ -594,8 +602,8 @@ static void test_count_null(void)
     int again = 0;
     Batch b;
 
-    null = test_open("null:size=64M,latency-ns=20000000,record=on", NULL,
-                     BDRV_O_RDWR);
+    null = test_open("null:size=64M,latency-ns=300000000,"
+                     "jitter-ns=300000000,record=on", NULL, BDRV_O_RDWR);
     srv = nbdsrv_new(null, addr, NULL, false, &err);
     g_assert_no_error(err);
     nbdblk_set_interrupt_func(serve_while_opening, NULL);
@@ -604,7 +612,8 @@ static void test_count_null(void)
     bdrv_add_event_listener(bs, seen_cb, &seen);
 
     batch_submit(&b, bs, NR_WRITES, stride, 6);
-    batch_wait(&b, NR_WRITES / 4, 60);
+    /* Cut while the server holds half of them (each for 0.3-0.6 s). */
+    wait_for(null_has_writes, null, 60);
     g_assert_cmpint(b.done, <, NR_WRITES);
     nbdsrv_disconnect_all(srv);
     batch_wait(&b, NR_WRITES, 60);
