@@ -98,6 +98,13 @@ static void nbdblk_rc_source_update(NbdBlkRcSource *rs)
     }
 }
 
+/* Is what the dead connection had settled, so that the new handle may
+ * take its place? */
+static bool nbdblk_rc_can_join(NbdBlkState *s)
+{
+    return !nbdblk_done_pending(s) && s->conns[s->rc.slot].in_flight == 0;
+}
+
 /* When the reconnect must look again without the fd: a timer. */
 static int64_t nbdblk_rc_wake_ns(NbdBlkState *s)
 {
@@ -111,7 +118,7 @@ static int64_t nbdblk_rc_wake_ns(NbdBlkState *s)
     case NBDBLK_RC_FLUSH:
         return rc->deadline_ns;
     case NBDBLK_RC_JOIN:
-        return nbdblk_done_pending(s) ? rc->deadline_ns : 0;
+        return nbdblk_rc_can_join(s) ? 0 : rc->deadline_ns;
     default:
         return 0;
     }
@@ -364,7 +371,7 @@ static void nbdblk_rc_join(NbdBlkState *s)
         .elapsed_ns = clock_ns() - rc->since_ns,
     };
 
-    g_assert(c->dead && c->in_flight == 0 && !c->sender);
+    g_assert(c->dead && !c->sender);
     nbdblk_source_destroy(c);
     nbdblk_conn_close(c);
     g_clear_pointer(&c->lost_why, g_free);
@@ -397,7 +404,8 @@ static void nbdblk_rc_step(NbdBlkState *s)
     if (rc->phase == NBDBLK_RC_IDLE) {
         return;
     }
-    if (now >= rc->deadline_ns && rc->phase != NBDBLK_RC_JOIN) {
+    if (now >= rc->deadline_ns &&
+        !(rc->phase == NBDBLK_RC_JOIN && nbdblk_rc_can_join(s))) {
         g_autofree char *why = g_strdup_printf(
             "no connection within %d s (reconnect-delay)%s%s",
             s->reconnect_delay, rc->last_error ? ": " : "",
@@ -441,7 +449,7 @@ static void nbdblk_rc_step(NbdBlkState *s)
         break;
     }
     /* Joins once what the dead connection had is settled. */
-    if (rc->phase == NBDBLK_RC_JOIN && !nbdblk_done_pending(s)) {
+    if (rc->phase == NBDBLK_RC_JOIN && nbdblk_rc_can_join(s)) {
         nbdblk_rc_join(s);
     }
 }
@@ -488,7 +496,12 @@ bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why)
     if (rc->phase == NBDBLK_RC_IDLE) {
         nbdblk_rc_start(s, 0);
     }
-    /* A background attempt becomes the node's, with the full delay. */
+    /* A background attempt becomes the node's, with the full delay; one
+     * that was about to join flushes first (nbdblk_rc_connected()). */
+    if (rc->phase == NBDBLK_RC_JOIN) {
+        rc->phase = NBDBLK_RC_CONNECT;
+        rc->try_end_ns = 0;
+    }
     rc->all_down = true;
     rc->err = err;
     rc->since_ns = clock_ns();
