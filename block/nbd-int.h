@@ -262,6 +262,18 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c);
 
 /* ---- nbd-source.c ---- */
 
+/* One fd a GSource polls, as libnbd wants it now. */
+typedef struct NbdBlkFdWatch {
+    int fd;                     /* -1: none */
+    gpointer tag;               /* from g_source_add_unix_fd() */
+    GIOCondition events;
+} NbdBlkFdWatch;
+
+/* Make @src poll @fd (-1: nothing) for @events through @w: the watch is
+ * added, moved to another fd or changed as needed. */
+void nbdblk_fd_watch_set(GSource *src, NbdBlkFdWatch *w, int fd,
+                         GIOCondition events);
+
 /* Attach a GSource for @c to the thread-default main context. */
 void nbdblk_source_attach(NbdBlkConn *c);
 

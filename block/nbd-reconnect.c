@@ -58,9 +58,7 @@
 typedef struct NbdBlkRcSource {
     GSource source;             /* must be first */
     NbdBlkState *s;
-    int fd;                     /* the fd being polled, -1 none */
-    gpointer tag;
-    GIOCondition events;
+    NbdBlkFdWatch watch;
 } NbdBlkRcSource;
 
 static void nbdblk_rc_step(NbdBlkState *s);
@@ -82,20 +80,7 @@ static void nbdblk_rc_source_update(NbdBlkRcSource *rs)
         events = (dir & LIBNBD_AIO_DIRECTION_READ ? G_IO_IN : 0) |
                  (dir & LIBNBD_AIO_DIRECTION_WRITE ? G_IO_OUT : 0);
     }
-    if (fd != rs->fd) {
-        if (rs->tag) {
-            g_source_remove_unix_fd(&rs->source, rs->tag);
-            rs->tag = NULL;
-        }
-        rs->fd = fd;
-        if (fd >= 0) {
-            rs->tag = g_source_add_unix_fd(&rs->source, fd, events);
-        }
-        rs->events = events;
-    } else if (rs->tag && events != rs->events) {
-        g_source_modify_unix_fd(&rs->source, rs->tag, events);
-        rs->events = events;
-    }
+    nbdblk_fd_watch_set(&rs->source, &rs->watch, fd, events);
 }
 
 /* Is what the dead connection had settled, so that the new handle may
@@ -142,7 +127,7 @@ static gboolean nbdblk_rc_check(GSource *src)
 {
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
 
-    return (rs->tag && g_source_query_unix_fd(src, rs->tag)) ||
+    return (rs->watch.tag && g_source_query_unix_fd(src, rs->watch.tag)) ||
            nbdblk_rc_wake_ns(rs->s) <= clock_ns();
 }
 
@@ -151,7 +136,7 @@ static gboolean nbdblk_rc_dispatch(GSource *src, GSourceFunc func,
 {
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
     NbdBlkState *s = rs->s;
-    GIOCondition revents = rs->tag ? g_source_query_unix_fd(src, rs->tag)
+    GIOCondition revents = rs->watch.tag ? g_source_query_unix_fd(src, rs->watch.tag)
                                    : 0;
     struct nbd_handle *h = s->rc.conn.h;
 
@@ -187,7 +172,7 @@ static void nbdblk_rc_source_attach(NbdBlkState *s)
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
 
     rs->s = s;
-    rs->fd = -1;
+    rs->watch.fd = -1;
     g_source_set_name(src, "nbdblk-reconnect");
     g_source_attach(src, g_main_context_get_thread_default());
     s->rc.source = src;
