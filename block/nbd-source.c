@@ -17,6 +17,7 @@
 #include "block/nbd-int.h"
 
 #include <errno.h>
+#include <string.h>
 
 typedef struct NbdBlkSource {
     GSource source;             /* must be first */
@@ -138,8 +139,13 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
             r = nbd_aio_notify_write(c->h);
         }
         if (r < 0 && !c->lost_why && nbd_get_error()) {
-            /* How it died, in libnbd's words, for the reconnect. */
-            c->lost_why = g_strdup(nbd_get_error());
+            /* How it died, in libnbd's words less the call's name
+             * ("nbd_aio_notify_read: "), for the reconnect. */
+            const char *why = nbd_get_error();
+            const char *colon = strstr(why, ": ");
+
+            c->lost_why = g_strdup(g_str_has_prefix(why, "nbd_") && colon
+                                   ? colon + 2 : why);
         }
         if (c->sender &&
             (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {

@@ -202,11 +202,11 @@ static void kit_start(Kit *k, const char *first, ...)
     g_error("nbdkit did not start within 20 s");
 }
 
-/* SIGKILL (no goodbye to the clients) and reap; the socket file goes. */
-static void kit_kill(Kit *k)
+/* Send @sig and reap; the socket file goes. */
+static void kit_stop(Kit *k, int sig)
 {
     if (k->pid) {
-        kill(k->pid, SIGKILL);
+        kill(k->pid, sig);
         waitpid(k->pid, NULL, 0);
         g_spawn_close_pid(k->pid);
         k->pid = 0;
@@ -214,6 +214,12 @@ static void kit_kill(Kit *k)
     if (k->sock) {
         g_remove(k->sock);
     }
+}
+
+/* SIGKILL: no goodbye to the clients. */
+static void kit_kill(Kit *k)
+{
+    kit_stop(k, SIGKILL);
 }
 
 static void kit_free(Kit *k)
@@ -386,12 +392,19 @@ static void scene_assert_writes(Scene *sc, int ret)
     g_assert_cmpint(sc->b.p[NR_WRITES - 1].ret, ==, ret);
 }
 
+static int want_conns;
+
+static bool all_active(void *opaque)
+{
+    return nbdblk_get_active_connections(opaque) == want_conns;
+}
+
 /*
  * nbdkit killed with writes in flight, started again on the same address
  * while the node holds them: every write succeeds, the node says
  * RECONNECTING then RECONNECTED, and the file holds every byte.
  */
-static void restart_in_flight(bool tcp, const char *conns)
+static void restart_in_flight(bool tcp, const char *conns, int sig)
 {
     g_autofree char *info = NULL;
     Scene sc;
@@ -399,7 +412,7 @@ static void restart_in_flight(bool tcp, const char *conns)
     if (!scene_start(&sc, tcp, "", "30", conns, 1, 4)) {
         return;
     }
-    kit_kill(sc.k);
+    kit_stop(sc.k, sig);
     wait_for(seen_lost, &sc.seen, 30);
     g_assert_cmpint(sc.seen.reconnected + sc.seen.failed, ==, 0);
     g_assert_true(bdrv_is_reconnecting(sc.bs));
@@ -419,22 +432,31 @@ static void restart_in_flight(bool tcp, const char *conns)
     g_assert_cmpuint(bdrv_get_reconnects(sc.bs), ==, 1);
     g_assert_cmpint(test_flush(sc.bs), ==, 0);
     batch_assert_disk(&sc.b, sc.k->disk);
+    /* The other connections are made again in the background. */
+    want_conns = nbdblk_get_connections(sc.bs);
+    wait_for(all_active, sc.bs, 30);
     scene_end(&sc);
 }
 
 static void test_restart_unix(void)
 {
-    restart_in_flight(false, "1");
+    restart_in_flight(false, "1", SIGKILL);
 }
 
 static void test_restart_unix_multiconn(void)
 {
-    restart_in_flight(false, "2");
+    restart_in_flight(false, "2", SIGKILL);
 }
 
 static void test_restart_tcp(void)
 {
-    restart_in_flight(true, NULL);
+    restart_in_flight(true, NULL, SIGKILL);
+}
+
+/* SIGTERM: nbdkit answers what it holds with NBD_ESHUTDOWN, then goes. */
+static void test_restart_sigterm(void)
+{
+    restart_in_flight(false, "2", SIGTERM);
 }
 
 /* Started again with another size: a hard error, no retry. */
@@ -853,6 +875,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/reconnect/restart-unix-multiconn",
                     test_restart_unix_multiconn);
     g_test_add_func("/nbd/reconnect/restart-tcp", test_restart_tcp);
+    g_test_add_func("/nbd/reconnect/restart-sigterm", test_restart_sigterm);
     g_test_add_func("/nbd/reconnect/size-changed", test_size_changed);
     g_test_add_func("/nbd/reconnect/delay-expires", test_delay_expires);
     g_test_add_func("/nbd/reconnect/delay-zero", test_delay_zero);
