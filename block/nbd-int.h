@@ -330,8 +330,12 @@ void nbdblk_spread_done(NbdBlkReq *req);
  */
 bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why);
 
-/* Connection @c of several died and was retired: make it again in the
- * background (once, for at most reconnect-delay). */
+/*
+ * Connection @c of several died and was retired: make it again in the
+ * background (once per retirement, for at most reconnect-delay) unless
+ * reconnect-delay is 0 or a reconnect is under way.  @c NULL: the first
+ * retired connection not tried yet, if any (after a reconnect ended).
+ */
 void nbdblk_reconnect_retired(NbdBlkState *s, NbdBlkConn *c);
 
 /* Is every connection down and the node reconnecting? */

@@ -136,8 +136,8 @@ static gboolean nbdblk_rc_dispatch(GSource *src, GSourceFunc func,
 {
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
     NbdBlkState *s = rs->s;
-    GIOCondition revents = rs->watch.tag ? g_source_query_unix_fd(src, rs->watch.tag)
-                                   : 0;
+    GIOCondition revents = rs->watch.tag
+                           ? g_source_query_unix_fd(src, rs->watch.tag) : 0;
     struct nbd_handle *h = s->rc.conn.h;
 
     if (h && revents) {
@@ -374,6 +374,10 @@ static void nbdblk_rc_join(NbdBlkState *s)
             rc->slot, ev.elapsed_ns / 1e9);
     nbdblk_rc_end(s);
     if (all_down) {
+        /* The server is back: each retired connection gets a try. */
+        for (int i = 0; i < s->nr_conns; i++) {
+            s->conns[i].rc_tried = false;
+        }
         bdrv_notify_event(s->bs, &ev);
     }
     nbdblk_pump(s);

@@ -101,8 +101,8 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
 {
     NbdBlkSource *ns = (NbdBlkSource *)src;
     NbdBlkConn *c = ns->conn;
-    GIOCondition revents = ns->watch.tag ? g_source_query_unix_fd(src, ns->watch.tag)
-                                   : 0;
+    GIOCondition revents = ns->watch.tag
+                           ? g_source_query_unix_fd(src, ns->watch.tag) : 0;
 
     if (ns->dispatching) {
         return G_SOURCE_CONTINUE;       /* see nbdblk_source_attach() */
