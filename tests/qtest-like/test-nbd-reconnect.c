@@ -555,6 +555,54 @@ static void test_uri_wins(void)
     scene_end(&sc);
 }
 
+/*
+ * A server that stops answering (SIGSTOP): io-timeout shuts the
+ * connection down and the node reconnects (ETIMEDOUT, not a failure);
+ * once the server runs again, the held writes complete.
+ */
+static void test_io_timeout_stall(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+    g_autoptr(GError) err = NULL;
+    g_autofree char *file = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "file", file, NULL);
+    g_hash_table_insert(opts, "reconnect-delay", "60");
+    g_hash_table_insert(opts, "io-timeout", "1");
+    g_hash_table_insert(opts, "connections", "1");
+    bs = bdrv_open(k->uri, NULL, BDRV_O_RDWR, opts, &err);
+    g_assert_no_error(err);
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+
+    g_assert_cmpint(kill(k->pid, SIGSTOP), ==, 0);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 8);
+    wait_for(seen_lost, &seen, 30);
+    g_assert_cmpstr(seen.reason, ==, "no reply for 1 s, io-timeout");
+    g_assert_cmpint(b.done, ==, 0);
+    g_assert_cmpint(kill(k->pid, SIGCONT), ==, 0);
+    batch_wait(&b, NR_WRITES, 60);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_cmpint(b.p[i].ret, ==, 0);
+    }
+    g_assert_cmpint(seen.reconnected, ==, 1);
+    g_assert_cmpint(test_flush(bs), ==, 0);
+    batch_assert_disk(&b, k->disk);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+    g_free(seen.reason);
+}
+
 /* ---- counting, through our own server over a recording null node ---- */
 
 /* While the NBD open blocks: serve its handshake from this loop. */
@@ -880,6 +928,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/reconnect/delay-expires", test_delay_expires);
     g_test_add_func("/nbd/reconnect/delay-zero", test_delay_zero);
     g_test_add_func("/nbd/reconnect/uri-wins", test_uri_wins);
+    g_test_add_func("/nbd/reconnect/io-timeout", test_io_timeout_stall);
     g_test_add_func("/nbd/reconnect/count-null", test_count_null);
     g_test_add_func("/nbd/reconnect/mirror-target",
                     test_mirror_target_restart);
