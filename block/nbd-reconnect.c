@@ -490,6 +490,10 @@ bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why)
     if (rc->phase == NBDBLK_RC_JOIN) {
         rc->phase = NBDBLK_RC_CONNECT;
         rc->try_end_ns = 0;
+    } else if (rc->phase == NBDBLK_RC_WAIT) {
+        /* The node waits now: no more backing off from before. */
+        rc->next_try_ns = clock_ns();
+        rc->backoff_ns = NBDBLK_RC_BACKOFF_MIN_NS;
     }
     rc->all_down = true;
     rc->err = err;
