@@ -11,6 +11,7 @@
  */
 #include "block/mirror/mirror.h"
 #include "block/mirror/mirror-state.h"
+#include "block/mirror/mirror-top.h"
 #include "block/null.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "tests/qtest-like/test-util.h"
@@ -426,6 +427,15 @@ static void test_flush_promotes(void)
     mirror_state_dirtied(st, 4 * G, 1);         /* dirtied meanwhile */
     mirror_state_flush_end(st, 0);
     g_assert_cmpint(mirror_state_good_bytes(st), ==, 2 * G);
+
+    /* A copy that completes while a guest write holds its granule (the
+     * copy may have read the old data): a flush does not promote it. */
+    g_assert_true(mirror_state_guest_write(st, 6 * G, 1, NULL, NULL));
+    mirror_state_clean(st, dirty, 6 * G, G);
+    mirror_state_flush_begin(st);
+    mirror_state_flush_end(st, 0);
+    g_assert_cmpint(mirror_state_good_bytes(st), ==, 2 * G);
+    mirror_state_guest_done(st, 6 * G, 1);
     wait_idle(st);
     mirror_state_free(st);
     test_scratch_free(dir);
@@ -505,6 +515,88 @@ static void test_job_fail_then_resume(void)
     test_scratch_free(dir);
 }
 
+/* A guest write through the filter, acknowledged: what the file says. */
+typedef struct GuestWrite {
+    const char *path;
+    int64_t offset;
+    bool done;
+    int ret;
+    bool good_on_disk;      /* the file called the granule good at the ack */
+} GuestWrite;
+
+static void guest_write_cb(void *opaque, int ret)
+{
+    GuestWrite *w = opaque;
+    MirrorStateFile f;
+
+    read_state(w->path, &f);
+    w->good_on_disk = mirror_extents_intersects(&f.good, w->offset,
+                                                w->offset + 1);
+    mirror_state_file_clear(&f);
+    w->ret = ret;
+    w->done = true;
+}
+
+/*
+ * sync=none: every granule starts known good.  A guest write through the
+ * mirror-top filter is acknowledged only once the file on disk says its
+ * granule is not good (checked at the very acknowledgement, before the
+ * loop runs on), in both copy modes.
+ */
+static void test_job_guest_write(gconstpointer opaque)
+{
+    MirrorCopyMode mode = GPOINTER_TO_INT(opaque);
+    char *dir = test_scratch_new();
+    g_autofree char *path = g_build_filename(dir, "st", NULL);
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    MirrorStateIdentity id = {
+        .source = (char *)"null src", .target = (char *)"null dst",
+        .size = 64 * MiB, .granularity = G, .sync = MIRROR_SYNC_MODE_NONE,
+    };
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    GuestWrite w[3] = {
+        { path, 0 }, { path, 17 * G + 512 }, { path, 0 },
+    };
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *top;
+    MirrorFixture f;
+    MirrorState *st;
+
+    p.sync = MIRROR_SYNC_MODE_NONE;
+    p.granularity = G;
+    p.copy_mode = mode;
+    p.auto_complete = false;
+    /* As mirror_fixture_init(), with a writable source. */
+    f.src = test_open("null:size=64M", NULL, BDRV_O_RDWR);
+    f.dst = test_open("null:size=64M", NULL, BDRV_O_RDWR);
+    f.job = mirror_job_new("job0", f.src, f.dst, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&f.ev, f.job);
+    st = mirror_state_open(path, &id, &err);
+    g_assert_no_error(err);
+    top = mirror_top_new(f.src, &err);
+    g_assert_no_error(err);
+    mirror_job_set_top(f.job, top);
+    mirror_job_set_state(f.job, st);
+    job_start(f.job);
+    for (int i = 0; i < 3; i++) {
+        bdrv_aio_pwrite(top, w[i].offset, 4096, buf, 0, guest_write_cb,
+                        &w[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        test_run_until(&w[i].done, 30);
+        g_assert_cmpint(w[i].ret, ==, 0);
+        g_assert_false(w[i].good_on_disk);
+    }
+    g_assert_true(job_user_cancel(f.job, false, NULL));
+    test_run_until(&f.ev.concluded, 30);
+    wait_idle(st);
+    bdrv_unref(top);
+    mirror_fixture_destroy(&f);
+    mirror_state_free(st);
+    test_scratch_free(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -524,5 +616,11 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/flush/promotes", test_flush_promotes);
     g_test_add_func("/mirror-state/job/fail-then-resume",
                     test_job_fail_then_resume);
+    g_test_add_data_func("/mirror-state/job/guest-write/background",
+                         GINT_TO_POINTER(MIRROR_COPY_MODE_BACKGROUND),
+                         test_job_guest_write);
+    g_test_add_data_func("/mirror-state/job/guest-write/write-blocking",
+                         GINT_TO_POINTER(MIRROR_COPY_MODE_WRITE_BLOCKING),
+                         test_job_guest_write);
     return g_test_run();
 }
