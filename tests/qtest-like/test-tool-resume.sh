@@ -87,6 +87,25 @@ cmp -s src.raw dst.raw || fail "start: resumed target differs"
 [ ! -e st ] || fail "start: the completed run left its state file"
 ok "start resumes copying $((SIZE - k)) of $SIZE bytes; target identical"
 
+# query-block-jobs: known-good-bytes, at least what the file records.
+rm -f st
+"$T" start --speed 24M --qmp "$scratch/q.sock" --state-file st src.raw \
+    dst.raw >/dev/null 2>&1 &
+pid=$!
+track_pid $pid
+wait_for 60 "the state file to record 1M" has_known_good st $((1024 * 1024))
+k=$(known_good st)
+expect_ok $TMO "$T" qmp "$scratch/q.sock" query-block-jobs
+kq=$(sed -n 's/.*"known-good-bytes":\([0-9]*\).*/\1/p' "$last_out")
+[ -n "$kq" ] && [ "$kq" -ge "$k" ] ||
+    fail "query-block-jobs: known-good-bytes '$kq' below the file's $k"
+expect_ok $TMO "$T" qmp "$scratch/q.sock" quit
+wait $pid 2>/dev/null
+untrack_pid $pid
+[ -s st ] || fail "a quit (cancel) removed the state file"
+ok "query-block-jobs has known-good-bytes; a cancelled job keeps its file"
+rm -f st
+
 # ---- refusals: one line, exit 2, nothing written ----
 "$T" convert -r 24M --state-file st src.raw out3.raw 2>/dev/null &
 pid=$!
@@ -135,6 +154,18 @@ mv copy.raw out3.raw        # the same name, another file (inode)
 expect_exit 2 "$T" convert --state-file st src.raw out3.raw
 stderr_has "the target differs"
 ok "convert refuses a state file whose target is missing or another file"
+
+expect_exit 2 "$T" convert --state-file src.raw src.raw new.raw
+stderr_one_line
+stderr_has "--state-file 'src.raw': is the source image"
+expect_exit 2 "$T" start --state-file dst.raw src.raw dst.raw
+stderr_one_line
+stderr_has "--state-file 'dst.raw': is the job's target image"
+expect_exit 2 "$T" convert --state-file nodir/st src.raw new.raw
+stderr_one_line
+stderr_has "--state-file 'nodir/st': cannot create it"
+[ ! -e new.raw ] || fail "convert created its target for a bad state file"
+ok "a state file that is an image of the job or cannot be made is refused"
 
 # ---- guest writes through the export, acknowledged before SIGKILL ----
 for mode in background write-blocking; do
