@@ -23,8 +23,8 @@
  * Writing the file: the whole state into PATH.tmp, fsync, rename over
  * PATH, fsync of the directory; on a worker thread.  A crash leaves the
  * old or the new file whole.  A write that fails removes the file
- * instead (a rerun then starts over); if even that fails, waiting guest
- * writes fail with the error.
+ * instead (a rerun then starts over, until a later write succeeds); if
+ * even that fails, the guest writes waiting for it fail with the error.
  *
  * All on the main loop.  Every function accepts a NULL state and then
  * does nothing (a job without --state-file).
