@@ -57,6 +57,8 @@ struct MirrorState {
     GQueue waiters;             /* ... the write in flight */
     bool removing;              /* the job completed: remove the file */
     bool removed;
+    void (*idle_cb)(void *opaque);
+    void *idle_opaque;
 };
 
 /* ---- files ---- */
@@ -204,6 +206,9 @@ static void mirror_state_write_done(void *opaque, int ret)
         w->cb(w->opaque, ret);
         g_free(w);
     }
+    if (!st->write && st->idle_cb) {
+        st->idle_cb(st->idle_opaque);
+    }
 }
 
 static void mirror_state_write_start(MirrorState *st)
@@ -336,6 +341,15 @@ void mirror_state_free(MirrorState *st)
 bool mirror_state_busy(MirrorState *st)
 {
     return st && st->write;
+}
+
+void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
+                              void *opaque)
+{
+    if (st) {
+        st->idle_cb = cb;
+        st->idle_opaque = opaque;
+    }
 }
 
 bool mirror_state_resumed(MirrorState *st)

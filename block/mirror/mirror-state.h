@@ -68,8 +68,13 @@ MirrorState *mirror_state_open(const char *path,
 /* Free @st; call it when mirror_state_busy() is false. */
 void mirror_state_free(MirrorState *st);
 
-/* Is a write or a removal of the file still to finish? */
+/* Is a write of the file still to finish? */
 bool mirror_state_busy(MirrorState *st);
+
+/* Call @cb(@opaque) whenever the writes end (busy turns false); NULL:
+ * no more. */
+void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
+                              void *opaque);
 
 /* Did @st load an existing file? */
 bool mirror_state_resumed(MirrorState *st);
@@ -111,7 +116,8 @@ bool mirror_state_guest_write(MirrorState *st, int64_t offset,
 void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
 
 /* The job completed: remove the file (once the write in flight, if any,
- * is done).  Guest writes no longer wait. */
+ * is done; the job waits for that, so that the file is gone before
+ * guests reach the target).  Guest writes no longer wait. */
 void mirror_state_remove(MirrorState *st);
 
 #endif /* BLOCK_MIRROR_STATE_H */

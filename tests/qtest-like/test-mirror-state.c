@@ -482,8 +482,8 @@ static void test_job_fail_then_resume(void)
     mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, -EIO);
     wait_idle(st);
-    mirror_state_free(st);
     mirror_fixture_destroy(&f);
+    mirror_state_free(st);
 
     /* What was flushed every 64 MiB is known good, never the granule
      * whose write failed. */
@@ -510,8 +510,8 @@ static void test_job_fail_then_resume(void)
     g_assert_cmpint(stats.known_good_bytes, ==, JOB_SIZE);
     wait_idle(st);
     g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
-    mirror_state_free(st);
     mirror_fixture_destroy(&f);
+    mirror_state_free(st);
     test_scratch_free(dir);
 }
 
