@@ -651,6 +651,9 @@ void mirror_state_remove(MirrorState *st)
         return;
     }
     st->removing = true;
+    /* The job completed: all of it is good (hot granules too). */
+    mirror_extents_clear(&st->good);
+    mirror_extents_add(&st->good, 0, st->id.size);
     /* Nobody needs the file any more: waiting guests go on. */
     while ((w = g_queue_pop_head(&st->next_waiters))) {
         w->cb(w->opaque, 0);

@@ -128,7 +128,8 @@ void mirror_state_set_hot_ns(MirrorState *st, int64_t ns);
 
 /* The job completed: remove the file (once the write in flight, if any,
  * is done; the job waits for that, so that the file is gone before
- * guests reach the target).  Guest writes no longer wait. */
+ * guests reach the target).  Guest writes no longer wait; everything
+ * counts as known good. */
 void mirror_state_remove(MirrorState *st);
 
 #endif /* BLOCK_MIRROR_STATE_H */
