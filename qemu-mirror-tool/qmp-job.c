@@ -110,6 +110,9 @@ JsonNode *qmp_job_block_info(Job *job)
         /* Ours: the source or the target lost its server and is
          * reconnecting (io-status says "reconnecting" too). */
         add_bool(b, "reconnecting", st.reconnecting);
+        if (st.known_good_bytes >= 0) {         /* --state-file */
+            add_int(b, "known-good-bytes", st.known_good_bytes);
+        }
     } else {
         add_str(b, "io-status", "ok");
     }

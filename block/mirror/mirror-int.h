@@ -80,6 +80,7 @@ typedef struct MirrorFlush {
     bool final_done;            /* a flush succeeded since then */
     bool ready_due;             /* a flush begun with nothing dirty nor in
                                  * flight succeeded: READY is due */
+    bool state_in_flight;       /* a --state-file flush (mirror.c) */
 } MirrorFlush;
 
 /* The error policy's state: mirror.c only. */
@@ -119,6 +120,7 @@ struct MirrorJob {
     RateLimit limit;
     GSource *rate_timer;
     GSource *kick;
+    GSource *state_timer;       /* the next --state-file flush */
     bool pumping;
     bool notifier_added;
     bool should_complete;
