@@ -49,7 +49,8 @@ static bool compare_parse_engine(const char *parallel, const char *chunk,
 
 int cmd_compare(int argc, char **argv)
 {
-    g_autofree char *fmt[2] = { NULL, NULL };
+    g_autofree char *fmt_a = NULL;
+    g_autofree char *fmt_b = NULL;
     g_autofree char *parallel = NULL;
     g_autofree char *chunk = NULL;
     g_autofree char *connections = NULL;
@@ -64,9 +65,9 @@ int cmd_compare(int argc, char **argv)
     const char *name[2];
     int over;
     GOptionEntry entries[] = {
-        { "a-format", 'f', 0, G_OPTION_ARG_STRING, &fmt[0],
+        { "a-format", 'f', 0, G_OPTION_ARG_STRING, &fmt_a,
           "format of A (default: probe)", "FMT" },
-        { "b-format", 'F', 0, G_OPTION_ARG_STRING, &fmt[1],
+        { "b-format", 'F', 0, G_OPTION_ARG_STRING, &fmt_b,
           "format of B (default: probe)", "FMT" },
         { "strict", 's', 0, G_OPTION_ARG_NONE, &strict,
           "strict: images of different sizes, or with different "
@@ -96,8 +97,8 @@ int cmd_compare(int argc, char **argv)
 
     if (!tool_parse_options("A B", summary, entries, &argc, &argv) ||
         !tool_expect_args("compare", argc, 2, "two images") ||
-        !tool_check_format("-f", fmt[0]) ||
-        !tool_check_format("-F", fmt[1]) ||
+        !tool_check_format("-f", fmt_a) ||
+        !tool_check_format("-F", fmt_b) ||
         !compare_parse_engine(parallel, chunk, connections, &cmp,
                               nbd_opts)) {
         return TOOL_EXIT_USAGE;
@@ -106,8 +107,8 @@ int cmd_compare(int argc, char **argv)
         g_autoptr(GHashTable) opts = tool_open_options(argv[i + 1],
                                                        nbd_opts, NULL);
         BlockDriverState *bs = tool_open_image(
-            NULL, argv[i + 1], fmt[i], force_share ? BDRV_O_FORCE_SHARE : 0,
-            opts);
+            NULL, argv[i + 1], i ? fmt_b : fmt_a,
+            force_share ? BDRV_O_FORCE_SHARE : 0, opts);
 
         if (!bs) {
             return TOOL_EXIT_USAGE;
