@@ -110,6 +110,7 @@ void image_compare_run(const ImageCompare *cmp, ImageCompareResult *res)
         .end = cmp->end,
         .chunk_size = cmp->chunk_size,
         .max_in_flight = cmp->max_in_flight,
+        .interrupt = cmp->interrupt,
         .plan = compare_plan,
         .work = compare_work,
         .done = compare_done,

@@ -19,6 +19,7 @@ typedef struct ImageCompare {
     int64_t chunk_size;         /* 0: default (image-scan.h) */
     int max_in_flight;          /* 0: default */
     bool strict;                /* a block status difference counts */
+    const bool *interrupt;      /* true: stop early; NULL: never */
     /*
      * Bytes not to compare (items are bytes; size at least @end), or
      * NULL.  Read on the main loop only, when a chunk differs: it may grow

@@ -325,6 +325,9 @@ static bool scan_plan_one(ImageScan *s)
 
 static void scan_pump(ImageScan *s)
 {
+    if (s->cfg.interrupt && *s->cfg.interrupt) {
+        image_scan_stop_at(s, s->pos);
+    }
     while (s->pos < MIN(s->cfg.end, s->stop) &&
            s->chunks < s->cfg.max_in_flight) {
         if (!scan_plan_one(s)) {

@@ -80,6 +80,8 @@ typedef struct ImageScanConfig {
      * is read whole.  1 (or 0): any boundary.
      */
     int64_t align;
+    const bool *interrupt;      /* true: plan nothing more (a signal
+                                 * arrived); NULL: never */
     ImageScanPlanFunc *plan;    /* optional */
     ImageScanWorkFunc *work;
     ImageScanDoneFunc *done;    /* optional */
