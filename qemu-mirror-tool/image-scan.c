@@ -7,6 +7,7 @@
 #include "qemu-mirror-tool/image-scan.h"
 #include "qemu-mirror-tool/tool.h"
 #include "block/thread-pool.h"
+#include "util/buf-pool.h"
 #include "util/cutils.h"
 
 #include <errno.h>
@@ -30,6 +31,8 @@ struct ImageScan {
     ImageScanConfig cfg;
     ScanImage img[IMAGE_SCAN_MAX_IMAGES];
     ThreadPool *pool;
+    BufPool *bufs;              /* chunk-size buffers, reused: fresh ones
+                                 * cost a page fault per page */
     int64_t pos;                /* next offset to plan */
     int64_t stop;               /* plan nothing at or past it */
     int chunks;                 /* chunks in flight */
@@ -147,7 +150,9 @@ static void scan_chunk_free(ImageScanChunk *c)
 
     for (int i = 0; i < s->cfg.n; i++) {
         bdrv_unmap(s->img[i].bs, &c->map[i]);
-        qemu_vfree(c->buf[i]);
+        if (c->buf[i]) {
+            buf_pool_put(s->bufs, c->buf[i]);
+        }
     }
     g_free(c);
 }
@@ -228,10 +233,13 @@ static void scan_read(ImageScanChunk *c, int i)
 
     r->c = c;
     r->i = i;
-    c->buf[i] = bdrv_blockalign(bs, c->bytes);
+    c->buf[i] = buf_pool_get(c->scan->bufs);
+    g_assert(c->buf[i]);        /* at most n per chunk in flight */
     c->data[i] = c->buf[i];
-    bdrv_aio_pread(bs, c->offset, c->bytes, c->buf[i], 0, scan_one_read_cb,
-                   r);
+    /* The data is used next on a pool worker (the work): not a read on
+     * the main loop, which would keep it to one CPU. */
+    bdrv_aio_pread(bs, c->offset, c->bytes, c->buf[i], BDRV_REQ_OFF_LOOP,
+                   scan_one_read_cb, r);
 }
 
 static void scan_submit(ImageScan *s, ImageScanChunk *c, const bool *read)
@@ -355,6 +363,15 @@ int image_scan_run(const ImageScanConfig *cfg, ImageScanError *err)
         s.cfg.align = 1;
     }
     s.pool = thread_pool_get();
+    {
+        size_t align = 4096;
+
+        for (int i = 0; i < cfg->n; i++) {
+            align = MAX(align, bdrv_get_mem_alignment(cfg->bs[i]));
+        }
+        s.bufs = buf_pool_new(s.cfg.chunk_size,
+                              s.cfg.max_in_flight * cfg->n, align);
+    }
     s.pos = cfg->start;
     s.stop = cfg->end;
     for (int i = 0; i < cfg->n; i++) {
@@ -369,6 +386,7 @@ int image_scan_run(const ImageScanConfig *cfg, ImageScanError *err)
     }
     scan_pump(&s);
     tool_run_until(&s.done);
+    buf_pool_free(s.bufs);
     for (int i = 0; i < cfg->n; i++) {
         g_array_unref(s.img[i].extents);
         g_array_unref(s.img[i].answer);
