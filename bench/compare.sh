@@ -15,7 +15,8 @@
 # by digests), and (tmpfs) sha256sum of both files, which reads the holes
 # too (timed in the first round only: it takes a minute).  One untimed
 # warm-up round, then RUNS rounds with the row order rotated by the round
-# number; wall time by `date +%s%N` around each run.
+# number; wall time by `date +%s%N` around each run, cpu the tool's user +
+# sys (/usr/bin/time; nbdkit's own not included).
 # Every compare must say "Images are identical." and both digests must
 # agree, or the benchmark fails.
 #
@@ -35,7 +36,7 @@ PREFAULT=${PREFAULT:-1}
 SCRATCH=${SCRATCH:-$(mktemp -d /dev/shm/bench-compare.XXXXXX)}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
-need qemu-img nbdkit sha256sum openssl awk
+need qemu-img nbdkit sha256sum openssl awk /usr/bin/time
 [ -x "$MT" ] || die "no mirror-tool at $MT"
 
 pids=()
@@ -77,6 +78,8 @@ check() {
     esac
 }
 
+# user + sys of the tool (both runs of an x2 row)
+timed() { /usr/bin/time -f '%U %S' -a -o "$SCRATCH/time" "$@"; }
 RES=$SCRATCH/results
 : >"$RES"
 for w in $WORKLOADS; do
@@ -102,18 +105,20 @@ for w in $WORKLOADS; do
             k=$(((i + r) % NROWS))
             # sha256sum reads the holes too, at coreutils' speed: once
             [[ ${LABEL[k]} == sha256sum* ]] && ((r != 1)) && continue
-            out=$SCRATCH/out
+            out=$SCRATCH/out tm=$SCRATCH/time
+            : >"$tm"
             t0=$(date +%s%N)
             # shellcheck disable=SC2086 # CMD is a word-split prefix
             case ${LABEL[k]} in
-            *x2) { ${CMD[k]} "$A" && ${CMD[k]} "$B"; } >"$out" ;;
-            *) ${CMD[k]} "$A" "$B" >"$out" ;;
+            *x2) { timed ${CMD[k]} "$A" && timed ${CMD[k]} "$B"; } >"$out" ;;
+            *) timed ${CMD[k]} "$A" "$B" >"$out" ;;
             esac
             t1=$(date +%s%N)
             check "${LABEL[k]}" "$out"
             # round 0 warms up
-            ((r > 0)) && printf '%s\t%s\t%s\t0\t0\n' "$w" "$k" \
+            ((r > 0)) && printf '%s\t%s\t%s\t%s\t0\n' "$w" "$k" \
                 "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')" \
+                "$(awk '{ c += $1 + $2 } END { printf "%.3f", c }' "$tm")" \
                 >>"$RES"
         done
     done
@@ -121,10 +126,11 @@ for w in $WORKLOADS; do
     echo
     echo "$w: ${SIZE_GIB} GiB, ${PCT}% data, median of $RUNS (best), x = wall / qemu-img compare's"
     echo
-    echo "| row | wall s | best s | x |"
-    echo "|---|---|---|---|"
+    echo "| row | wall s | best s | x | cpu s |"
+    echo "|---|---|---|---|---|"
     for ((k = 0; k < NROWS; k++)); do
-        echo "| ${LABEL[k]} | ${MW[k]} | ${MB[k]} | $(ratio "${MW[k]}" "${MW[0]}") |"
+        echo "| ${LABEL[k]} | ${MW[k]} | ${MB[k]} |" \
+            "$(ratio "${MW[k]}" "${MW[0]}") | ${MC[k]} |"
     done
     if [ "$w" = nbd ]; then
         for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
