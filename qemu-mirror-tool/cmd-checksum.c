@@ -50,6 +50,12 @@ typedef struct ChecksumState {
 
 #define CHECKSUM_ZEROES_RUN 1024
 
+static void checksum_piece_free(gpointer p)
+{
+    g_free(((ChecksumPiece *)p)->hashes);
+    g_free(p);
+}
+
 /* SHA-256 of @len zero bytes. */
 static void checksum_zero_hash(int64_t len, uint8_t *out)
 {
@@ -86,8 +92,7 @@ static void checksum_feed(ChecksumState *st)
                 gnutls_hash(st->outer, h, CHECKSUM_HASH);
             }
         }
-        g_free(p->hashes);
-        g_free(p);
+        checksum_piece_free(p);
     }
 }
 
@@ -229,7 +234,7 @@ int cmd_checksum(int argc, char **argv)
     image_scan_run(&cfg, &serr);
     g_free(st.zeroes);
     if (serr.ret < 0) {
-        g_queue_clear_full(&st.pieces, g_free);
+        g_queue_clear_full(&st.pieces, checksum_piece_free);
         gnutls_hash_deinit(st.outer, NULL);
         tool_error("%s of '%s' failed at offset %" G_GINT64_FORMAT ": %s",
                    serr.status ? "block status" : "read", argv[1],

@@ -86,7 +86,9 @@ static void scan_ask_status(ImageScan *s, ScanImage *im)
 {
     int64_t until = MIN(im->length, s->cfg.end);
 
-    if (im->asking || im->known_end >= until) {
+    /* Not past a failure (or a difference): that would only fail again,
+     * or read status no one needs. */
+    if (im->asking || im->known_end >= until || im->known_end >= s->stop) {
         return;
     }
     im->asking = true;

@@ -13,7 +13,8 @@
 # 1 and "verify failed at offset N" onto a target that drops writes
 # (nbdkit null); start --verify with a guest (fio) writing through the
 # export across the switch-over.
-# Bad input: one line, exit 2.
+# A failed read: exit 4 at qemu-img's offset (checksum: 1).  Bad input: one
+# line, exit 2.
 #
 # Copyright (C) 2026 qemu-mirror authors
 # SPDX-License-Identifier: GPL-2.0-or-later
@@ -287,6 +288,23 @@ if fio --enghelp=nbd >/dev/null 2>&1; then
 else
     ok "start --verify under fio: skipped, fio has no nbd engine"
 fi
+
+# --- read errors ------------------------------------------------------------------
+truncate -s 8M e.raw
+poke e.raw 3000000 78
+start_nbdkit err --filter=error file e.raw error-pread=EIO error-pread-rate=1
+run $TMO qemu-img compare -f raw -F raw e.raw "$uri"
+[ "$last_rc" = 4 ] || fail "qemu-img compare: exit $last_rc, expected 4"
+qerr=$(sed 's/^qemu-img: Error/error/' "$last_err")
+expect_exit 4 $TMO "$T" compare e.raw "$uri"
+stderr_one_line
+[ "$(sed "s/'//g" "$last_err")" = "mirror-tool: $qerr" ] ||
+    fail "read error: $(cat "$last_err"), qemu-img: $qerr"
+expect_exit 1 $TMO "$T" checksum "$uri"
+stderr_one_line
+stderr_has "read of '$uri' failed at offset" "Input/output error"
+stop_server err
+ok "a failed read: compare exits 4 with qemu-img's offset, checksum 1"
 
 # --- bad input --------------------------------------------------------------------
 for args in "compare missing.raw a.raw" "compare a.raw missing.raw" \
