@@ -166,7 +166,8 @@ int cmd_checksum(int argc, char **argv)
         TOOL_IMAGE_ENTRIES(&format, &open_opts),
         TOOL_FORCE_SHARE_ENTRY(&force_share),
         { "parallel", 'm', 0, G_OPTION_ARG_STRING, &parallel,
-          "chunks read at once, 1..1024 (default 16)", "N" },
+          "chunks read at once, 1..1024 (default 4 when every image is "
+          "a file in memory, else 16)", "N" },
         { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &chunk,
           "largest single read, power of 2 in 64K..64M (default 1M)",
           "SIZE" },

@@ -359,7 +359,14 @@ int image_scan_run(const ImageScanConfig *cfg, ImageScanError *err)
         s.cfg.chunk_size = IMAGE_SCAN_DEFAULT_CHUNK;
     }
     if (!s.cfg.max_in_flight) {
-        s.cfg.max_in_flight = IMAGE_SCAN_DEFAULT_IN_FLIGHT;
+        bool memory = true;
+
+        /* A node that can do fused copies is a file in memory. */
+        for (int i = 0; i < cfg->n; i++) {
+            memory &= bdrv_can_copy(cfg->bs[i], cfg->bs[i]);
+        }
+        s.cfg.max_in_flight = memory ? IMAGE_SCAN_MEMORY_IN_FLIGHT
+                                     : IMAGE_SCAN_DEFAULT_IN_FLIGHT;
     }
     if (s.cfg.align < 1) {
         s.cfg.align = 1;

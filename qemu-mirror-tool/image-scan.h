@@ -22,10 +22,15 @@
 
 #define IMAGE_SCAN_MAX_IMAGES 2
 
-/* Defaults of --chunk-size and -m (the mirror's chunk, more requests:
- * nothing is written, so the window costs only buffers). */
+/*
+ * Defaults of --chunk-size and -m: the mirror's chunk and window; but
+ * when every image is a file in memory (page-cache copies, CPU work) 4
+ * chunks in flight, which keep the buffers in the CPUs' caches between
+ * the read and the comparison (bench/README.md, "Compare and checksum").
+ */
 #define IMAGE_SCAN_DEFAULT_CHUNK     (1 * 1024 * 1024)
 #define IMAGE_SCAN_DEFAULT_IN_FLIGHT 16
+#define IMAGE_SCAN_MEMORY_IN_FLIGHT  4
 
 typedef struct ImageScan ImageScan;
 
@@ -73,7 +78,7 @@ typedef struct ImageScanConfig {
     int64_t start;              /* scan [start, end); images shorter */
     int64_t end;                /* than end read as zero past theirs */
     int64_t chunk_size;         /* 0: IMAGE_SCAN_DEFAULT_CHUNK */
-    int max_in_flight;          /* chunks; 0: IMAGE_SCAN_DEFAULT_IN_FLIGHT */
+    int max_in_flight;          /* chunks; 0: the default (above) */
     /*
      * Chunk and zero-run boundaries fall on multiples of @align (or at
      * @end); a block of @align bytes that is partly zero and partly not
