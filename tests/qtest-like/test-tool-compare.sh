@@ -65,6 +65,11 @@ print(outer.hexdigest())
 EOF
 }
 
+src_changed()
+{
+    [ "$(stat -c %y live.raw)" != "$1" ]
+}
+
 # digest_of IMG ARGS...: checksum's digest of IMG; checks the line.
 digest_of()
 {
@@ -153,7 +158,7 @@ wait_for 20 "qemu-nbd to listen" test -S qc.sock
 uri_c="nbd+unix:///?socket=$scratch/qc.sock"
 "$T" serve -f qcow2 "unix:$scratch/srv.sock" a.qcow2 >srv.out 2>srv.err &
 track_pid $!
-wait_for 20 "serve to listen" grep -q '^serving on ' srv.out
+wait_for 20 "serve to listen" grep -qs '^serving on ' srv.out
 uri_s="nbd+unix:///?socket=$scratch/srv.sock"
 same_as_qemu "$uri_a" "$uri_s"
 [ "$qout" = "Images are identical." ] || fail "NBD identical: $qout"
@@ -249,6 +254,7 @@ if fio --enghelp=nbd >/dev/null 2>&1; then
     live_pid=$!
     track_pid $live_pid
     wait_for 20 "start to export" test -S live.nbd
+    before=$(stat -c %y live.raw)
     fio --name=guest --thread --ioengine=nbd \
         --uri="nbd+unix:///?socket=$scratch/live.nbd" --rw=randwrite \
         --bsrange=4k-64k --iodepth=8 --rate=8m --size=64M --time_based \
@@ -256,6 +262,8 @@ if fio --enghelp=nbd >/dev/null 2>&1; then
         >/dev/null 2>&1 &
     fio_pid=$!
     track_pid $fio_pid
+    # The job starts with the first QMP client: once the guest writes.
+    wait_for 30 "fio to write" src_changed "$before"
     expect_ok $TMO "$T" qmp --wait-event BLOCK_JOB_READY --timeout 100 \
         "$scratch/live.qmp" query-jobs
     expect_ok $TMO "$T" qmp --wait-event BLOCK_JOB_COMPLETED --timeout 100 \
