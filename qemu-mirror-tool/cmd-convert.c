@@ -363,7 +363,7 @@ static int convert_verify(ConvertOptions *o, MirrorParams *p,
                           BlockDriverState *src, BlockDriverState *dst,
                           JobRunner *runner)
 {
-    g_auto(ToolVerify) v;
+    g_auto(ToolVerify) v = { 0 };
     int ret;
 
     tool_verify_init(&v, src, dst, NULL, NULL);
