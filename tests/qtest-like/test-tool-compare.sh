@@ -108,7 +108,8 @@ for off in 0 100 $((64 * 1024 + 1000)) $((3 * MiB + 4095)) $((15 * MiB + 7)) \
             fail "$pair at $off: $qout"
     done
 done
-ok "compare: one byte changed (first block, data, holes of the other, last byte): qemu-img's message and exit 1"
+ok "compare: one byte changed (first block, data, a hole of the other," \
+    "last byte): qemu-img's message and exit 1"
 
 # A difference early and one late: the first is reported, whatever
 # chunk finishes first (small chunks, many in flight).
@@ -145,9 +146,10 @@ same_as_qemu a.raw long2.raw
 Content mismatch at offset $((27 * MiB))!" ] || fail "tail: $qout"
 same_as_qemu -s a.raw long.raw
 [ "$qout" = "Strict mode: Image size mismatch!" ] || fail "-s: $qout"
-ok "compare: different sizes (tail compared with zeroes; -s refuses) as qemu-img"
+ok "compare: different sizes (tail compared with zeroes; -s refuses)" \
+    "as qemu-img"
 
-# --- compare over NBD ---------------------------------------------------------
+# --- compare over NBD --------------------------------------------------------
 # c: the two differences above.
 expect_ok qemu-img convert -f raw -O qcow2 c.raw c.qcow2
 start_nbdkit ka file a.raw
@@ -169,7 +171,7 @@ expect_exit 1 "$T" compare --connections 4 -m 32 "$uri_s" "$uri_c"
 [ "$(cat "$last_out")" = "$qout" ] || fail "multi-conn: $(cat "$last_out")"
 ok "compare over NBD (nbdkit, qemu-nbd, serve; 4 connections) as qemu-img"
 
-# --- checksum ---------------------------------------------------------------------
+# --- checksum ----------------------------------------------------------------
 want=$(blkhash a.raw)
 digest_of a.raw
 [ "$digest" = "$want" ] || fail "a.raw: $digest, the construction: $want"
@@ -181,7 +183,8 @@ digest_of "$uri_a"
 [ "$digest" = "$want" ] || fail "nbdkit: $digest"
 digest_of --connections 4 -m 4 --chunk-size 64K "$uri_s"
 [ "$digest" = "$want" ] || fail "serve: $digest"
-ok "checksum: the documented construction; raw, qcow2, allocated zeroes, NBD exports agree"
+ok "checksum: the documented construction; raw, qcow2, allocated" \
+    "zeroes, NBD exports agree"
 
 # Zero clusters and written zeroes hash as holes.
 cp a.qcow2 z.qcow2
@@ -210,7 +213,7 @@ digest_of empty.raw
 [ "$digest" = "$(blkhash empty.raw)" ] || fail "empty: $digest"
 ok "checksum: one changed byte changes it; odd and zero sizes"
 
-# --- --verify -------------------------------------------------------------------
+# --- --verify ----------------------------------------------------------------
 truncate -s 16M src.raw
 expect_ok qemu-io -f raw -c 'write -P 0x11 1M 64k' -c 'write -P 0x22 9M 2M' \
     src.raw
@@ -283,7 +286,8 @@ if fio --enghelp=nbd >/dev/null 2>&1; then
     rc=$?
     untrack_pid $live_pid
     [ $rc = 0 ] || fail "start --verify exited $rc: $(cat live.err)"
-    ok "start --verify with fio writing through the export across the switch-over"
+    ok "start --verify with fio writing through the export across the" \
+        "switch-over"
 
     # Without writes after the switch-over: verified, and the target is
     # the source.
@@ -297,7 +301,7 @@ else
     ok "start --verify under fio: skipped, fio has no nbd engine"
 fi
 
-# --- read errors ------------------------------------------------------------------
+# --- read errors -------------------------------------------------------------
 truncate -s 8M e.raw
 poke e.raw 3000000 78
 start_nbdkit err --filter=error file e.raw error-pread=EIO error-pread-rate=1
@@ -314,7 +318,7 @@ stderr_has "read of '$uri' failed at offset" "Input/output error"
 stop_server err
 ok "a failed read: compare exits 4 with qemu-img's offset, checksum 1"
 
-# --- bad input --------------------------------------------------------------------
+# --- bad input ---------------------------------------------------------------
 for args in "compare missing.raw a.raw" "compare a.raw missing.raw" \
             "compare -f qcow2 a.raw a.raw" "compare -F bogus a.raw a.raw" \
             "compare a.raw" "compare -m 0 a.raw a.raw" \
