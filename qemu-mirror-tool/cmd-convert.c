@@ -11,6 +11,7 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/job-runner.h"
+#include "qemu-mirror-tool/verify.h"
 #include "block/mirror/mirror.h"
 #include "util/cutils.h"
 
@@ -48,6 +49,7 @@ typedef struct ConvertOptions {
     gboolean target_is_zero;
     gboolean compress;
     gboolean force_share;
+    gboolean verify;
 } ConvertOptions;
 
 static void convert_options_clear(ConvertOptions *o)
@@ -399,6 +401,25 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
     return bs;
 }
 
+/* --verify: compare the target with the source (verify.h). */
+static int convert_verify(ConvertOptions *o, MirrorParams *p,
+                          BlockDriverState *src, BlockDriverState *dst,
+                          JobRunner *runner)
+{
+    g_auto(ToolVerify) v = { 0 };
+    int ret;
+
+    tool_verify_init(&v, src, dst, NULL, NULL);
+    v.interrupt = &runner->stop;
+    v.chunk_size = p->chunk_size;
+    ret = tool_verify_run(&v);
+    if (ret == TOOL_EXIT_OK && !o->quiet) {
+        tool_verify_print(&v, stdout, false);
+        ret = tool_finish_stdout(ret);
+    }
+    return ret;
+}
+
 int cmd_convert(int argc, char **argv)
 {
     ConvertOptions o = { 0 };
@@ -464,6 +485,9 @@ int cmd_convert(int argc, char **argv)
           "show a progress bar on stderr", NULL },
         { "quiet", 'q', 0, G_OPTION_ARG_NONE, &o.quiet,
           "print nothing on success", NULL },
+        { "verify", 0, 0, G_OPTION_ARG_NONE, &o.verify,
+          "compare the target with the source when the copy is done: "
+          "exit 1 unless they are equal (see docs)", NULL },
         { NULL },
     };
     static const char summary[] =
@@ -532,6 +556,9 @@ int cmd_convert(int argc, char **argv)
         created.created = false;
     }
     ret = job_runner_run(&runner, job);
+    if (ret == TOOL_EXIT_OK && o.verify) {
+        ret = convert_verify(&o, &p, src, dst, &runner);
+    }
     if (ret == TOOL_EXIT_OK && o.progress && !o.quiet) {
         job_runner_print_summary(&runner, stderr);
     }

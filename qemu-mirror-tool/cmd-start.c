@@ -15,6 +15,7 @@
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/job-runner.h"
 #include "qemu-mirror-tool/qmp-job.h"
+#include "qemu-mirror-tool/verify.h"
 #include "block/export/nbd-server.h"
 #include "block/mirror/mirror.h"
 #include "block/mirror/mirror-top.h"
@@ -52,6 +53,7 @@ typedef struct StartOptions {
     gboolean target_is_zero;
     gboolean progress;
     gboolean json;
+    gboolean verify;
 } StartOptions;
 
 static void start_options_clear(StartOptions *o)
@@ -340,6 +342,7 @@ int cmd_start(int argc, char **argv)
     g_autofree char *qmp_max_output_str = NULL;
     g_autofree char *qmp_max_total_output_str = NULL;
     g_autofree char *qmp_handshake_limit_str = NULL;
+    g_auto(ToolVerify) verify = { 0 };
     int64_t qmp_handshake_limit = QMP_DEFAULT_HANDSHAKE_LIMIT;
     int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
     int64_t qmp_max_output = QMP_MAX_CLIENT_OUTPUT;
@@ -424,6 +427,10 @@ int cmd_start(int argc, char **argv)
           "show a progress bar on stderr", NULL },
         { "json", 0, 0, G_OPTION_ARG_NONE, &o.json,
           "print every event as a JSON line on stdout", NULL },
+        { "verify", 0, 0, G_OPTION_ARG_NONE, &o.verify,
+          "after completion compare the target with the source: exit 1 "
+          "unless it equals the source at the switch-over (see docs)",
+          NULL },
         { NULL },
     };
     static const char summary[] =
@@ -561,9 +568,20 @@ int cmd_start(int argc, char **argv)
         runner.qmp_wait = o.qmp_wait;
     }
     ran = true;
+    if (o.verify) {
+        tool_verify_init(&verify, src, dst, top, job);
+        verify.interrupt = &runner.stop;
+        verify.chunk_size = p.chunk_size;
+    }
     ret = job_runner_run(&runner, job);
+    if (ret == TOOL_EXIT_OK && o.verify) {
+        ret = tool_verify_run(&verify);
+    }
     if (ret == TOOL_EXIT_OK) {
         job_runner_print_summary(&runner, stdout);
+        if (o.verify) {
+            tool_verify_print(&verify, stdout, o.json);
+        }
         fflush(stdout);
     }
     if (export && !runner.signal && !runner.quit) {

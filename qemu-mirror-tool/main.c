@@ -26,6 +26,10 @@ static const ToolCommand tool_commands[] = {
     { "qmp", "send one QMP command to a running mirror-tool", cmd_qmp },
     { "info", "show an image's format and sizes", cmd_info },
     { "map", "show which parts of an image hold data", cmd_map },
+    { "compare", "compare two images' contents, like qemu-img compare",
+      cmd_compare },
+    { "checksum", "print a digest of an image's contents",
+      cmd_checksum },
     { "serve", "export an image over NBD until stopped", cmd_serve },
     { "check", "check a qcow2 image for leaks and corruptions", cmd_check },
 };

@@ -362,5 +362,7 @@ ToolCommandFunc cmd_map;
 ToolCommandFunc cmd_serve;
 ToolCommandFunc cmd_create;
 ToolCommandFunc cmd_check;
+ToolCommandFunc cmd_compare;
+ToolCommandFunc cmd_checksum;
 
 #endif /* TOOL_H */
