@@ -48,6 +48,8 @@ results = []
 
 
 def ok(cond, name):
+    # A TAP line is one line: output quoted in @name may hold several.
+    name = name.replace("\n", " | ")
     results.append((bool(cond), name))
     print("%sok %d - %s" % ("" if cond else "not ", len(results), name))
     sys.stdout.flush()
