@@ -33,6 +33,7 @@ TOOL_PUBLIC = {
     'block/block.h', 'block/nbd.h', 'block/thread-pool.h',
     'block/export/nbd-server.h',
     'block/mirror/job.h', 'block/mirror/mirror.h', 'block/mirror/mirror-top.h',
+    'block/mirror/mirror-state.h',
 }
 # *-int.h a library may include besides its own: directory -> headers
 INT_SHARED = {'block/mirror': {'block/block-int.h'}}

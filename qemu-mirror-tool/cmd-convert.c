@@ -40,6 +40,7 @@ typedef struct ConvertOptions {
     char *chunk_size;
     char *buf_size;
     char *connections;
+    char *state_file;
     gboolean no_create;
     gboolean oob_writes;
     gboolean progress;
@@ -64,6 +65,7 @@ static void convert_options_clear(ConvertOptions *o)
     g_free(o->chunk_size);
     g_free(o->buf_size);
     g_free(o->connections);
+    g_free(o->state_file);
 }
 
 /* Cache mode names: "none" = O_DIRECT, "writeback" = the page cache. */
@@ -279,6 +281,36 @@ static void convert_remove_created(const char *dst, ConvertCreated *c)
     c->created = false;
 }
 
+/*
+ * --state-file: true when a valid state file is there to resume from
+ * (the target then exists and is not created again, as with -n); false
+ * when there is none.  A state file that cannot be read or is corrupt
+ * is bad input: *@bad set, the message printed, nothing written.
+ */
+static bool convert_resuming(const char *path, const char *src,
+                             const char *dst, bool *bad)
+{
+    g_autoptr(GError) err = NULL;
+    bool exists;
+
+    *bad = false;
+    if (!path) {
+        return false;
+    }
+    if (bdrv_same_storage(path, src) || bdrv_same_storage(path, dst)) {
+        tool_error("--state-file '%s': is the %s image", path,
+                   bdrv_same_storage(path, src) ? "source" : "target");
+        *bad = true;
+        return false;
+    }
+    if (!mirror_state_probe(path, &exists, &err)) {
+        tool_error("--state-file '%s': %s", path, err->message);
+        *bad = true;
+        return false;
+    }
+    return exists;
+}
+
 /* Open the target: existing (-n) or newly created (*@c says whether by
  * us); NULL on bad input or a failure, with *exit_code set. */
 static BlockDriverState *convert_open_target(ConvertOptions *o,
@@ -287,6 +319,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
                                              int dst_flags,
                                              GHashTable *create_opts,
                                              GHashTable *open_opts,
+                                             bool resuming,
                                              ConvertCreated *c,
                                              int *exit_code)
 {
@@ -297,7 +330,7 @@ static BlockDriverState *convert_open_target(ConvertOptions *o,
     bool existed;
 
     *exit_code = TOOL_EXIT_USAGE;
-    if (o->no_create) {
+    if (o->no_create || resuming) {
         /* Never probe a target: it is raw unless -O or its spec says. */
         bs = tool_open_image("target", dst, o->dst_format,
                              dst_flags | BDRV_O_RDWR | BDRV_O_NO_PROBE,
@@ -365,6 +398,8 @@ int cmd_convert(int argc, char **argv)
     g_auto(ToolNodeOpts) nodes = tool_node_opts_init();
     g_autoptr(GError) err = NULL;
     ConvertCreated created = { 0 };
+    MirrorState *state = NULL;
+    bool resuming, bad_state;
     MirrorParams p;
     JobRunner runner;
     Job *job;
@@ -412,6 +447,9 @@ int cmd_convert(int argc, char **argv)
         { "force-share", 'U', 0, G_OPTION_ARG_NONE, &o.force_share,
           "open the source even if another process writes it (see docs: "
           "Locking)", NULL },
+        { "state-file", 0, 0, G_OPTION_ARG_STRING, &o.state_file,
+          "record what is known good in PATH; rerun the same command to "
+          "resume (see docs: Resuming)", "PATH" },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
           "show a progress bar on stderr", NULL },
         { "quiet", 'q', 0, G_OPTION_ARG_NONE, &o.quiet,
@@ -444,9 +482,10 @@ int cmd_convert(int argc, char **argv)
     }
     /* The whole source chain is open: the target may be none of its
      * files, and every parameter passes before the target is touched. */
-    if (!tool_check_target_chain(src, argv[2]) ||
+    resuming = convert_resuming(o.state_file, argv[1], argv[2], &bad_state);
+    if (bad_state || !tool_check_target_chain(src, argv[2]) ||
         !convert_check_job(src, &p) ||
-        (!o.no_create &&
+        (!o.no_create && !resuming &&
          !convert_check_target_opts(o.dst_format ? o.dst_format : "raw",
                                     argv[2], nodes.dst_user))) {
         ret = TOOL_EXIT_USAGE;
@@ -456,7 +495,7 @@ int cmd_convert(int argc, char **argv)
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
-                              nodes.dst_open, &created, &ret);
+                              nodes.dst_open, resuming, &created, &ret);
     if (!dst) {
         /* A signal that cut a connect short: its exit code. */
         if (runner.signal) {
@@ -470,12 +509,24 @@ int cmd_convert(int argc, char **argv)
         ret = TOOL_EXIT_USAGE;
         goto out_runner;
     }
+    if (o.state_file) {
+        state = job_runner_open_state(o.state_file, job, src, dst, p.sync,
+                                      o.quiet);
+        if (!state) {
+            job_unref(job);
+            ret = TOOL_EXIT_USAGE;
+            goto out_runner;
+        }
+        /* The state file names this target: it stays for a rerun. */
+        created.created = false;
+    }
     ret = job_runner_run(&runner, job);
     if (ret == TOOL_EXIT_OK && o.progress && !o.quiet) {
         job_runner_print_summary(&runner, stderr);
     }
 out_runner:
     job_runner_destroy(&runner);
+    job_runner_close_state(state);
     g_clear_pointer(&dst, bdrv_unref);
     if (ret != TOOL_EXIT_OK) {
         /* Failed, cancelled or interrupted: a target we created and did

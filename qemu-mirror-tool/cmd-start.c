@@ -46,6 +46,7 @@ typedef struct StartOptions {
     char *converge_after;
     char *converge_passes;
     char *stall_warning;
+    char *state_file;
     gboolean auto_converge;
     gboolean qmp_wait;
     gboolean target_is_zero;
@@ -62,6 +63,7 @@ static void start_options_clear(StartOptions *o)
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
         &o->converge_after, &o->converge_passes, &o->stall_warning,
+        &o->state_file,
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
@@ -227,6 +229,17 @@ static bool start_same_path(const char *a, const char *b)
 static bool start_check_paths(const StartOptions *o, const char *src,
                               const char *dst)
 {
+    /* --state-file: written over (rename), so never an image of ours. */
+    if (o->state_file &&
+        (start_same_path(o->state_file, src) ||
+         start_same_path(o->state_file, dst) ||
+         (o->qmp && start_same_path(o->state_file, o->qmp)))) {
+        tool_error("--state-file '%s': is the job's %s", o->state_file,
+                   start_same_path(o->state_file, src) ? "source image" :
+                   start_same_path(o->state_file, dst) ? "target image" :
+                   "--qmp socket");
+        return false;
+    }
     if (!o->qmp) {
         return true;
     }
@@ -310,6 +323,8 @@ int cmd_start(int argc, char **argv)
     g_autoptr(GError) err = NULL;
     QmpServer *qmp = NULL;
     BlockDriverState *top = NULL;
+    MirrorState *state = NULL;
+    bool ran = false;
     NbdServer *export = NULL;
     QmpJobHost host = { 0 };
     JobRunner runner;
@@ -402,6 +417,9 @@ int cmd_start(int argc, char **argv)
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
           "warn when no I/O completed for SECS seconds while some is in "
           "flight, 0..86400, 0 = never (default 30)", "SECS" },
+        { "state-file", 0, 0, G_OPTION_ARG_STRING, &o.state_file,
+          "record what is known good in PATH; rerun the same command to "
+          "resume (see docs: Resuming)", "PATH" },
         { "progress", 'p', 0, G_OPTION_ARG_NONE, &o.progress,
           "show a progress bar on stderr", NULL },
         { "json", 0, 0, G_OPTION_ARG_NONE, &o.json,
@@ -489,6 +507,14 @@ int cmd_start(int argc, char **argv)
         tool_error("%s", err->message);
         goto out;
     }
+    if (o.state_file) {
+        state = job_runner_open_state(o.state_file, job, src, dst, p.sync,
+                                      o.json);
+        if (!state) {
+            job_unref(job);
+            goto out;
+        }
+    }
 
     if (o.export_addr) {
         top = mirror_top_new(src, &err);
@@ -498,7 +524,7 @@ int cmd_start(int argc, char **argv)
             tool_error("--export '%s': %s", o.export_addr, err->message);
             job_unref(job);
             bdrv_unref(top);
-            goto out;
+            goto out_state;
         }
         /* Checked above, before anything was opened. */
         tool_export_opts_apply(&export_opts, "--export-", export);
@@ -520,7 +546,7 @@ int cmd_start(int argc, char **argv)
             job_unref(job);
             job_runner_destroy(&runner);
             start_export_stop(export, top, dst, &served);
-            goto out;
+            goto out_state;
         }
         host = (QmpJobHost) {
             .job = job, .quit = job_runner_quit, .opaque = &runner,
@@ -534,6 +560,7 @@ int cmd_start(int argc, char **argv)
         runner.qmp = qmp;
         runner.qmp_wait = o.qmp_wait;
     }
+    ran = true;
     ret = job_runner_run(&runner, job);
     if (ret == TOOL_EXIT_OK) {
         job_runner_print_summary(&runner, stdout);
@@ -560,6 +587,12 @@ int cmd_start(int argc, char **argv)
     }
     qmp_server_free(qmp);
     job_runner_destroy(&runner);
+out_state:
+    if (state && !ran && !mirror_state_resumed(state)) {
+        /* Bad input after all: no state file made by this run stays. */
+        mirror_state_remove(state);
+    }
+    job_runner_close_state(state);
 out:
     start_options_clear(&o);
     return ret;

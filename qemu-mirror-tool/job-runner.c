@@ -16,6 +16,8 @@
 #include <glib-unix.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PROGRESS_INTERVAL_MS 100
@@ -388,16 +390,22 @@ void job_runner_print_summary(JobRunner *r, FILE *out)
     g_autofree char *zeroed = NULL;
     g_autofree char *skipped = NULL;
     g_autofree char *rate = NULL;
+    g_autofree char *kg = NULL;
     double secs = (r->end_ns - r->start_ns) / 1e9;
 
     mirror_get_stats(r->job, &st);
+    if (st.known_good_bytes >= 0) {
+        kg = g_strdup_printf(", \"known-good-bytes\": %" G_GINT64_FORMAT,
+                             st.known_good_bytes);
+    }
     if (r->json) {
         fprintf(out, "{\"summary\": {\"bytes-copied\": %" G_GINT64_FORMAT
                 ", \"bytes-zeroed\": %" G_GINT64_FORMAT ", \"bytes-skipped\""
                 ": %" G_GINT64_FORMAT ", \"seconds\": %.3f, "
-                "\"ready-seconds\": %.3f}}\n", st.bytes_copied,
+                "\"ready-seconds\": %.3f%s}}\n", st.bytes_copied,
                 st.bytes_zeroed, st.bytes_skipped, secs,
-                r->ready_ns ? (r->ready_ns - r->start_ns) / 1e9 : -1.0);
+                r->ready_ns ? (r->ready_ns - r->start_ns) / 1e9 : -1.0,
+                kg ? kg : "");
         return;
     }
     copied = size_to_str(st.bytes_copied);
@@ -419,4 +427,72 @@ void job_runner_destroy(JobRunner *r)
     g_string_free(r->line, TRUE);
     job_unref(r->job);
     r->job = NULL;
+}
+
+/*
+ * An image's identity in a state file: "FORMAT NAME size=N", NAME the
+ * node's file name (an NBD URI shows no TLS user name); for a local file
+ * or block device its real path and " ino=N", so that an image made anew
+ * under the same name is another image.  No st_dev: device numbers of
+ * device-mapper, USB and network file systems change across reboots, and
+ * resuming after a power cut is the point.
+ */
+static char *job_runner_identity(BlockDriverState *bs)
+{
+    const char *name = bdrv_get_filename(bs);
+    const char *fmt = bdrv_get_format_name(bs);
+    g_autofree char *real = NULL;
+    struct stat st;
+
+    if (stat(name, &st) == 0 &&
+        (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+        real = realpath(name, NULL);
+        return g_strdup_printf("%s %s ino=%ju size=%" G_GINT64_FORMAT, fmt,
+                               real ? real : name, (uintmax_t)st.st_ino,
+                               bdrv_getlength(bs));
+    }
+    return g_strdup_printf("%s %s size=%" G_GINT64_FORMAT, fmt, name,
+                           bdrv_getlength(bs));
+}
+
+MirrorState *job_runner_open_state(const char *path, Job *job,
+                                   BlockDriverState *src,
+                                   BlockDriverState *dst, int sync,
+                                   bool quiet)
+{
+    g_autoptr(GError) err = NULL;
+    MirrorStateIdentity id;
+    MirrorState *st;
+    MirrorStats stats;
+
+    mirror_get_stats(job, &stats);
+    id = (MirrorStateIdentity) {
+        .source = job_runner_identity(src),
+        .target = job_runner_identity(dst),
+        .size = stats.len,
+        .granularity = stats.granularity,
+        .sync = sync,
+    };
+    st = mirror_state_open(path, &id, &err);
+    mirror_state_identity_clear(&id);
+    if (!st) {
+        tool_error("--state-file '%s': %s", path, err->message);
+        return NULL;
+    }
+    if (mirror_state_resumed(st) && !quiet) {
+        fprintf(stderr, "mirror-tool: resuming from '%s': %" G_GINT64_FORMAT
+                " of %" G_GINT64_FORMAT " bytes known good\n", path,
+                mirror_state_good_bytes(st), stats.len);
+        fflush(stderr);
+    }
+    mirror_job_set_state(job, st);
+    return st;
+}
+
+void job_runner_close_state(MirrorState *st)
+{
+    while (mirror_state_busy(st)) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    mirror_state_free(st);
 }

@@ -16,6 +16,7 @@
 #define JOB_RUNNER_H
 
 #include "block/mirror/job.h"
+#include "block/mirror/mirror-state.h"
 #include "qemu-mirror-tool/qmp.h"
 #include <stdio.h>
 #include <glib.h>
@@ -85,5 +86,21 @@ void job_runner_quit(void *opaque);
 void job_runner_print_summary(JobRunner *r, FILE *out);
 
 void job_runner_destroy(JobRunner *r);
+
+/*
+ * --state-file @path of the job @job copying @src onto @dst with @sync
+ * (created, not started): open it (resume from it, or create it) and
+ * hand it to the job.  Says "resuming from 'PATH': K of N bytes known
+ * good" on stderr on a resumed run unless @quiet.  NULL on a state file
+ * that is corrupt, of another job or cannot be written, with one line
+ * printed naming the file (the caller exits with TOOL_EXIT_USAGE).
+ */
+MirrorState *job_runner_open_state(const char *path, Job *job,
+                                   BlockDriverState *src,
+                                   BlockDriverState *dst, int sync,
+                                   bool quiet);
+
+/* Wait for the state file's last write (or removal), then free @st. */
+void job_runner_close_state(MirrorState *st);
 
 #endif /* JOB_RUNNER_H */

@@ -16,6 +16,9 @@ struct DirtyBitmap {
 
     bool track_rate;
     RateMeter rate;           /* newly dirtied bytes */
+
+    DirtyBitmapSetFunc *on_set;
+    void *on_set_opaque;
 };
 
 DirtyBitmap *dirty_bitmap_new(int64_t size, int64_t granularity)
@@ -65,6 +68,16 @@ void dirty_bitmap_set(DirtyBitmap *bm, int64_t offset, int64_t bytes)
     before = hbitmap_count(bm->hb);
     hbitmap_set(bm->hb, offset, MIN(bytes, bm->size - offset));
     dirty_bitmap_account(bm, hbitmap_count(bm->hb) - before);
+    if (bm->on_set) {
+        bm->on_set(bm->on_set_opaque, offset, bytes);
+    }
+}
+
+void dirty_bitmap_set_notify(DirtyBitmap *bm, DirtyBitmapSetFunc *fn,
+                             void *opaque)
+{
+    bm->on_set = fn;
+    bm->on_set_opaque = opaque;
 }
 
 void dirty_bitmap_set_all(DirtyBitmap *bm)

@@ -30,7 +30,15 @@ int64_t dirty_bitmap_size(const DirtyBitmap *bm);
 /* Mark [offset, offset + bytes) dirty, rounded out to granules. */
 void dirty_bitmap_set(DirtyBitmap *bm, int64_t offset, int64_t bytes);
 
-/* Mark everything dirty. */
+/* Called by dirty_bitmap_set() with its range, after the bits are set. */
+typedef void DirtyBitmapSetFunc(void *opaque, int64_t offset, int64_t bytes);
+
+/* Call @fn(@opaque, ...) on every dirty_bitmap_set() from now on (NULL:
+ * stop); one notifier at a time. */
+void dirty_bitmap_set_notify(DirtyBitmap *bm, DirtyBitmapSetFunc *fn,
+                             void *opaque);
+
+/* Mark everything dirty (no notifier call). */
 void dirty_bitmap_set_all(DirtyBitmap *bm);
 
 /*

@@ -121,8 +121,12 @@ static void mirror_active_target_done(void *opaque, int ret)
         dirty_bitmap_set(a->track->dirty, op->start, op->end - op->start);
         a->synced = false;
         a->owner->target_failed(a->opaque, ret, op->offset, op->bytes);
-    } else if (a->track->zero && op->kind == MIRROR_WRITE_DATA) {
-        hbitmap_reset(a->track->zero, op->start, op->end - op->start);
+    } else {
+        if (a->track->zero && op->kind == MIRROR_WRITE_DATA) {
+            hbitmap_reset(a->track->zero, op->start, op->end - op->start);
+        }
+        mirror_state_clean(a->track->state, a->track->dirty, op->start,
+                           op->end - op->start);
     }
     mirror_active_settle(op, op->ret);
 }

@@ -78,6 +78,8 @@ typedef struct MirrorFlush {
     bool final_done;            /* a flush succeeded since then */
     bool ready_due;             /* a flush begun with nothing dirty nor in
                                  * flight succeeded: READY is due */
+    bool state_in_flight;       /* a --state-file flush (mirror.c) */
+    uint64_t state_mark;        /* writes_since when it began */
 } MirrorFlush;
 
 /* The error policy's state: mirror.c only. */
@@ -116,6 +118,7 @@ struct MirrorJob {
     RateLimit limit;
     GSource *rate_timer;
     GSource *kick;
+    GSource *state_timer;       /* the next --state-file flush */
     bool pumping;
     bool notifier_added;
     bool should_complete;

@@ -75,6 +75,7 @@ static void mirror_op_done(MirrorOp *op)
 
     s->common.progress_current += op->bytes;
     rate_meter_add(&s->ops.copy_rate, clock_ns(), op->bytes);
+    mirror_state_clean(s->track.state, s->track.dirty, op->offset, op->bytes);
     mirror_op_retire(op);
     s->ops.owner->settled(s);
 }

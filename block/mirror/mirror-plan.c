@@ -154,6 +154,7 @@ bool mirror_issue_one(MirrorJob *s)
 
     if (method == MIRROR_METHOD_SKIP) {
         mirror_op_skip(s, bytes);
+        mirror_state_clean(s->track.state, s->track.dirty, offset, bytes);
         return true;
     }
     mirror_op_start(s, method, offset, bytes, buf);

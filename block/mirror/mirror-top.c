@@ -13,6 +13,7 @@ typedef struct TopState {
     BlockDriverState *child;
     const MirrorTopOwner *job;  /* the mirror job, or NULL */
     void *job_opaque;
+    MirrorState *state;         /* the gate of guest writes, or NULL */
     uint64_t in_flight;
     int drain_count;
     GQueue held;                /* BdrvRequest waiting for the drain end */
@@ -45,17 +46,22 @@ static void top_check_drained(TopState *s)
     }
 }
 
+/* The active-mirror kind of a guest write, or -1 for what is no write. */
+static int top_write_kind(BdrvOp op);
+
 static void top_request_done(void *opaque, int ret)
 {
     BdrvRequest *r = opaque;
     TopState *s = r->bs->opaque;
 
+    if (top_write_kind(r->op) >= 0) {
+        mirror_state_guest_done(s->state, r->offset, r->bytes);
+    }
     s->in_flight--;
     top_check_drained(s);
     bdrv_req_complete(r, ret);
 }
 
-/* The active-mirror kind of a guest write, or -1 for what is no write. */
 static int top_write_kind(BdrvOp op)
 {
     switch (op) {
@@ -70,13 +76,12 @@ static int top_write_kind(BdrvOp op)
     }
 }
 
-/* A guest request, held while drained, goes on. */
-static void top_dispatch(BdrvRequest *r)
+/* A guest request goes to the job (write-blocking) or the child. */
+static void top_go(BdrvRequest *r)
 {
     TopState *s = r->bs->opaque;
     int kind = top_write_kind(r->op);
 
-    s->in_flight++;
     if (kind >= 0 && s->job && s->job->write_blocking(s->job_opaque)) {
         s->job->write(s->job_opaque, kind, r->offset, r->bytes, r->buf,
                       r->flags, top_request_done, r);
@@ -85,6 +90,34 @@ static void top_dispatch(BdrvRequest *r)
     /* A guest flush flushes the source; the job flushes the target. */
     bdrv_aio_submit(s->child, r->op, r->offset, r->bytes, r->buf, r->flags,
                     r->extents, top_request_done, r);
+}
+
+/* The state file says the guest write @opaque's granules are not known
+ * good now (or could not: @ret < 0, the write fails). */
+static void top_gate_passed(void *opaque, int ret)
+{
+    BdrvRequest *r = opaque;
+
+    if (ret < 0) {
+        top_request_done(r, ret);
+        return;
+    }
+    top_go(r);
+}
+
+/* A guest request, held while drained, goes on: a write first through
+ * the state file's gate. */
+static void top_dispatch(BdrvRequest *r)
+{
+    TopState *s = r->bs->opaque;
+
+    s->in_flight++;
+    if (top_write_kind(r->op) >= 0 &&
+        !mirror_state_guest_write(s->state, r->offset, r->bytes,
+                                  top_gate_passed, r)) {
+        return;
+    }
+    top_go(r);
 }
 
 static void top_submit(BlockDriverState *top, BdrvRequest *r)
@@ -174,6 +207,13 @@ void mirror_top_set_job(BlockDriverState *top, const MirrorTopOwner *owner,
 
     s->job = owner;
     s->job_opaque = opaque;
+}
+
+void mirror_top_set_state(BlockDriverState *top, MirrorState *state)
+{
+    TopState *s = top->opaque;
+
+    s->state = state;
 }
 
 void mirror_top_drain_begin(BlockDriverState *top, void (*cb)(void *opaque),

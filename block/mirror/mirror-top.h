@@ -19,6 +19,7 @@
 #include "block/block.h"
 #include "block/mirror/job.h"
 #include "block/mirror/mirror.h"
+#include "block/mirror/mirror-state.h"
 
 /*
  * The mirror job behind the filter, as the filter calls it; on the main
@@ -45,6 +46,12 @@ BlockDriverState *mirror_top_new(BlockDriverState *child, GError **errp);
 
 /* The node guest requests reach now. */
 BlockDriverState *mirror_top_child(BlockDriverState *top);
+
+/*
+ * Guest writes pass @state's gate (mirror_state_guest_write()) before
+ * they go on, from now on (NULL: none).  @state outlives @top.
+ */
+void mirror_top_set_state(BlockDriverState *top, MirrorState *state);
 
 /* The mirror job that may want write-blocking writes (@owner, called
  * with @opaque), or none (NULL). */

@@ -11,6 +11,7 @@
 #define BLOCK_MIRROR_TRACK_H
 
 #include "block/mirror/dirty-bitmap.h"
+#include "block/mirror/mirror-state.h"
 #include "util/hbitmap.h"
 
 typedef struct MirrorTrack {
@@ -20,6 +21,8 @@ typedef struct MirrorTrack {
                                  * active write: no other may start there */
     HBitmap *zero;              /* granules known zero on the target, or
                                  * NULL when the target was not zero */
+    MirrorState *state;         /* --state-file: told what becomes clean
+                                 * (mirror-state.h), or NULL */
 } MirrorTrack;
 
 #endif /* BLOCK_MIRROR_TRACK_H */

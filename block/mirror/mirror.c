@@ -76,6 +76,11 @@ static bool mirror_rate_limited(MirrorJob *s, int64_t bytes)
 
 static void mirror_cancel_timers(MirrorJob *s)
 {
+    if (s->state_timer) {
+        g_source_destroy(s->state_timer);
+        g_source_unref(s->state_timer);
+        s->state_timer = NULL;
+    }
     if (s->kick) {
         g_source_destroy(s->kick);
         g_source_unref(s->kick);
@@ -91,6 +96,7 @@ static void mirror_cancel_timers(MirrorJob *s)
 /* ---- the pump and the job's state ---- */
 
 static void mirror_check_state(MirrorJob *s);
+static void mirror_state_flush(MirrorJob *s);
 static void mirror_error(MirrorJob *s, bool is_read, int ret, int64_t offset,
                          int64_t bytes);
 
@@ -126,6 +132,7 @@ void mirror_pump(MirrorJob *s)
     }
     s->pumping = false;
     mirror_update_progress(s);
+    mirror_state_flush(s);
     mirror_check_state(s);
 }
 
@@ -178,6 +185,10 @@ static void mirror_finish(MirrorJob *s, int ret)
     mirror_converge_stop(&s->converge);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
+    if (ret == 0 && s->should_complete) {
+        /* Completed, and the final flush succeeded: nothing to resume. */
+        mirror_state_remove(s->track.state);
+    }
     job_completed(&s->common, ret, NULL);
 }
 
@@ -186,6 +197,7 @@ static void mirror_flush_done(void *opaque, int ret)
     MirrorJob *s = opaque;
 
     s->flush.in_flight = false;
+    mirror_state_flush_end(s->track.state, ret);
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
     } else {
@@ -206,7 +218,61 @@ static void mirror_flush_target(MirrorJob *s)
     s->flush.in_flight = true;
     s->flush.mark = s->flush.writes_since;
     s->flush.is_final = s->should_complete || s->common.cancelled;
+    mirror_state_flush_begin(s->track.state);
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
+}
+
+/* ---- --state-file: flushes that make what was copied known good ---- */
+
+static void mirror_state_flush_done(void *opaque, int ret)
+{
+    MirrorJob *s = opaque;
+
+    s->flush.state_in_flight = false;
+    mirror_state_flush_end(s->track.state, ret);
+    if (ret < 0) {
+        mirror_error(s, false, ret, 0, 0);
+    } else if (s->flush.writes_since == s->flush.state_mark) {
+        s->flush.writes_since = 0;
+    }
+    mirror_pump(s);
+}
+
+static gboolean mirror_state_timer_cb(gpointer opaque)
+{
+    MirrorJob *s = opaque;
+
+    return mirror_pump_fired(s, &s->state_timer);
+}
+
+/*
+ * With a state file, flush the target when mirror_state_flush_due() says
+ * (every MIRROR_STATE_FLUSH_BYTES made clean, or MIRROR_STATE_FLUSH_NS
+ * after the first of them).  Operations go on meanwhile: what completes
+ * during the flush waits for the next one.
+ */
+static void mirror_state_flush(MirrorJob *s)
+{
+    int64_t due;
+
+    if (!s->track.state || s->finished || s->flush.in_flight ||
+        s->flush.state_in_flight) {
+        return;
+    }
+    due = mirror_state_flush_due(s->track.state, clock_ns());
+    if (due > 0 && !s->state_timer) {
+        s->state_timer = bdrv_timer_new(due, mirror_state_timer_cb, s);
+    } else if (due == 0) {
+        if (s->state_timer) {
+            g_source_destroy(s->state_timer);
+            g_source_unref(s->state_timer);
+            s->state_timer = NULL;
+        }
+        s->flush.state_in_flight = true;
+        s->flush.state_mark = s->flush.writes_since;
+        mirror_state_flush_begin(s->track.state);
+        bdrv_aio_flush(s->dst, mirror_state_flush_done, s);
+    }
 }
 
 /* A write to the target starts: the next flush has something to do. */
@@ -268,6 +334,7 @@ static void mirror_check_state(MirrorJob *s)
         }
     }
     if (s->finished || in_flight || s->flush.in_flight ||
+        s->flush.state_in_flight ||
         mirror_status_pending(&s->status) || s->draining) {
         return;
     }
@@ -488,6 +555,15 @@ static const MirrorTopOwner mirror_top_owner = {
 
 /* ---- JobDriver ---- */
 
+/* The dirty bitmap's notifier: dirty granules are not known good. */
+static void mirror_state_dirty_cb(void *opaque, int64_t offset,
+                                  int64_t bytes)
+{
+    MirrorJob *s = opaque;
+
+    mirror_state_dirtied(s->track.state, offset, bytes);
+}
+
 static void mirror_start(Job *job)
 {
     MirrorJob *s = mirror_job(job);
@@ -496,11 +572,24 @@ static void mirror_start(Job *job)
 
     s->track.dirty = dirty_bitmap_new(len, s->cfg.granularity);
     s->track.in_flight = hbitmap_new(len, gbits);
-    if (s->cfg.target_zero) {
+    /* What a crashed run wrote but did not flush is not zero any more. */
+    if (s->cfg.target_zero && !mirror_state_resumed(s->track.state)) {
         s->track.zero = hbitmap_new(len, gbits);
         hbitmap_set_all(s->track.zero);
     }
-    if (s->cfg.sync != MIRROR_SYNC_MODE_NONE) {
+    if (s->track.state) {
+        /* Copy what is not known good (for sync=none the state starts
+         * as all good: mirror-state.h). */
+        const MirrorExtents *good = mirror_state_good(s->track.state);
+
+        dirty_bitmap_set_all(s->track.dirty);
+        for (guint i = 0; i < mirror_extents_count(good); i++) {
+            const MirrorExtent *x = mirror_extents_get(good, i);
+
+            dirty_bitmap_reset(s->track.dirty, x->start, x->end - x->start);
+        }
+        dirty_bitmap_set_notify(s->track.dirty, mirror_state_dirty_cb, s);
+    } else if (s->cfg.sync != MIRROR_SYNC_MODE_NONE) {
         dirty_bitmap_set_all(s->track.dirty);
     }
     dirty_bitmap_track_rate(s->track.dirty, true);
@@ -615,6 +704,7 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .copy_mode = s->copy_mode,
         .passes = mirror_plan_passes(s),
         .errors = s->err.count,
+        .known_good_bytes = mirror_state_good_bytes(s->track.state),
     };
     mirror_ops_counters(s, &st->bytes_copied, &st->bytes_zeroed,
                         &st->bytes_skipped);
@@ -636,6 +726,18 @@ void mirror_job_set_top(Job *job, BlockDriverState *top)
     g_assert(mirror_top_child(top) == s->src);
     s->top = top;
     mirror_top_set_job(top, &mirror_top_owner, s);
+    mirror_top_set_state(top, s->track.state);
+}
+
+void mirror_job_set_state(Job *job, MirrorState *state)
+{
+    MirrorJob *s = mirror_job(job);
+
+    g_assert(job->status == JOB_STATUS_CREATED);
+    s->track.state = state;
+    if (s->top) {
+        mirror_top_set_state(s->top, state);
+    }
 }
 
 bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)

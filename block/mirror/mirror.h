@@ -113,6 +113,7 @@ typedef struct MirrorStats {
     MirrorCopyMode copy_mode;
     uint64_t passes;            /* times the cursor wrapped around */
     uint64_t errors;            /* failed operations so far */
+    int64_t known_good_bytes;   /* --state-file: known good now; else -1 */
 } MirrorStats;
 
 /* What a guest write does (write-blocking mode). */
@@ -148,6 +149,17 @@ void mirror_get_stats(Job *job, MirrorStats *stats);
  * job_start().
  */
 void mirror_job_set_top(Job *job, BlockDriverState *top);
+
+/*
+ * Persist the job's progress in @state (mirror-state.h, opened with this
+ * job's identity; the caller frees it after the job and the filter):
+ * copy only what it does not know good, flush the target now and then
+ * and record what became known good, make guest writes through the
+ * mirror-top filter wait for their granules to be marked not good, and
+ * remove the file when the job completes.  Call before job_start().
+ */
+typedef struct MirrorState MirrorState;
+void mirror_job_set_state(Job *job, MirrorState *state);
 
 /*
  * Switch a running job from background to write-blocking (QMP

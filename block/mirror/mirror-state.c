@@ -1,0 +1,543 @@
+/*
+ * The persisted known-good set of a mirror job (see mirror-state.h).
+ *
+ * Four extent sets: @good, known good now; @disk, what the last state
+ * written holds; @writing, what the write in flight holds (a crash may
+ * leave either file); @pending, made clean since the current flush
+ * began, and @flushing, made clean before it.  Invariant: @good and the
+ * held ranges are disjoint.
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include "block/mirror/mirror-state.h"
+#include "block/mirror/mirror.h"
+#include "block/thread-pool.h"
+#include "util/cutils.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct MirrorStateWaiter {
+    BlockCompletionFunc *cb;
+    void *opaque;
+} MirrorStateWaiter;
+
+/* One write of the file, for the worker thread. */
+typedef struct MirrorStateWrite {
+    const char *path;
+    const char *tmp_path;
+    const char *dir;
+    GByteArray *data;
+} MirrorStateWrite;
+
+struct MirrorState {
+    char *path;
+    char *tmp_path;
+    char *dir;
+    MirrorStateIdentity id;
+    bool resumed;
+    uint64_t seq;
+
+    MirrorExtents good;
+    MirrorExtents disk;
+    MirrorExtents writing;
+    MirrorExtents pending;
+    MirrorExtents flushing;
+    GArray *held;               /* MirrorExtent, one per gated guest write */
+    int64_t pending_since_ns;   /* when @pending became non-empty */
+
+    MirrorStateWrite *write;    /* in flight, or NULL */
+    bool write_wanted;          /* another write after it */
+    GQueue next_waiters;        /* MirrorStateWaiter: need a write that
+                                 * begins after they came */
+    GQueue waiters;             /* ... the write in flight */
+    bool removing;              /* the job completed: remove the file */
+    bool removed;
+};
+
+/* ---- files ---- */
+
+static int mirror_state_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int ret = 0;
+
+    if (fd < 0) {
+        return -errno;
+    }
+    if (fsync(fd) < 0) {
+        ret = -errno;
+    }
+    close(fd);
+    return ret;
+}
+
+/* Write the file: temporary, fsync, rename, fsync(dir).  On a worker. */
+static int mirror_state_write_work(void *arg)
+{
+    MirrorStateWrite *w = arg;
+    size_t done = 0;
+    int fd, ret = 0;
+
+    fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return -errno;
+    }
+    while (done < w->data->len) {
+        ssize_t n = write(fd, w->data->data + done, w->data->len - done);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            ret = n < 0 ? -errno : -EIO;
+            break;
+        }
+        done += n;
+    }
+    if (ret == 0 && fsync(fd) < 0) {
+        ret = -errno;
+    }
+    if (close(fd) < 0 && ret == 0) {
+        ret = -errno;
+    }
+    if (ret == 0 && rename(w->tmp_path, w->path) < 0) {
+        ret = -errno;
+    }
+    if (ret == 0) {
+        ret = mirror_state_fsync_dir(w->dir);
+    }
+    if (ret < 0) {
+        unlink(w->tmp_path);
+    }
+    return ret;
+}
+
+/* Remove the file (and a temporary one left behind). */
+static int mirror_state_unlink(MirrorState *st)
+{
+    int ret = 0;
+
+    unlink(st->tmp_path);
+    if (unlink(st->path) < 0 && errno != ENOENT) {
+        ret = -errno;
+    }
+    return ret ? ret : mirror_state_fsync_dir(st->dir);
+}
+
+bool mirror_state_probe(const char *path, bool *exists, GError **errp)
+{
+    g_autofree char *buf = NULL;
+    g_autoptr(GError) err = NULL;
+    MirrorStateFile f;
+    gsize len;
+    bool ok;
+
+    *exists = false;
+    if (!g_file_get_contents(path, &buf, &len, &err)) {
+        if (g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
+            return true;
+        }
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                    err->message);
+        return false;
+    }
+    *exists = true;
+    ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp);
+    mirror_state_file_clear(&f);
+    return ok;
+}
+
+/* ---- writing the state ---- */
+
+static void mirror_state_write_start(MirrorState *st);
+
+static void mirror_state_write_free(MirrorStateWrite *w)
+{
+    g_byte_array_unref(w->data);
+    g_free(w);
+}
+
+static void mirror_state_remove_now(MirrorState *st)
+{
+    int ret = mirror_state_unlink(st);
+
+    if (ret < 0) {
+        g_debug("state file '%s': cannot remove it: %s", st->path,
+                g_strerror(-ret));
+    }
+    st->removed = true;
+}
+
+static void mirror_state_write_done(void *opaque, int ret)
+{
+    MirrorState *st = opaque;
+    GQueue done = G_QUEUE_INIT;
+    MirrorStateWaiter *w;
+
+    mirror_state_write_free(st->write);
+    st->write = NULL;
+    if (ret == 0) {
+        mirror_extents_swap(&st->disk, &st->writing);
+    } else {
+        /* Nothing on disk may be trusted now: remove it. */
+        g_debug("state file '%s': write failed: %s; removing it",
+                st->path, g_strerror(-ret));
+        if (mirror_state_unlink(st) == 0) {
+            mirror_extents_clear(&st->disk);
+            ret = 0;
+        }
+    }
+    mirror_extents_clear(&st->writing);
+    done = st->waiters;
+    g_queue_init(&st->waiters);
+    if (st->removing) {
+        mirror_state_remove_now(st);
+    } else if (st->write_wanted || st->next_waiters.length) {
+        mirror_state_write_start(st);
+    }
+    while ((w = g_queue_pop_head(&done))) {
+        w->cb(w->opaque, ret);
+        g_free(w);
+    }
+}
+
+static void mirror_state_write_start(MirrorState *st)
+{
+    MirrorStateWrite *w = g_new0(MirrorStateWrite, 1);
+    MirrorStateWaiter *x;
+
+    g_assert(!st->write);
+    st->write_wanted = false;
+    while ((x = g_queue_pop_head(&st->next_waiters))) {
+        g_queue_push_tail(&st->waiters, x);
+    }
+    mirror_extents_copy(&st->writing, &st->good);
+    *w = (MirrorStateWrite) {
+        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
+        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
+    };
+    st->write = w;
+    thread_pool_submit(thread_pool_get(), mirror_state_write_work, w,
+                       mirror_state_write_done, st);
+}
+
+/* The state changed: write it (after the write in flight). */
+static void mirror_state_want_write(MirrorState *st)
+{
+    if (st->removing || st->removed) {
+        return;
+    }
+    if (st->write) {
+        st->write_wanted = true;
+    } else {
+        mirror_state_write_start(st);
+    }
+}
+
+/* ---- opening ---- */
+
+MirrorState *mirror_state_open(const char *path,
+                               const MirrorStateIdentity *id, GError **errp)
+{
+    g_autofree char *buf = NULL;
+    g_autoptr(GError) err = NULL;
+    MirrorState *st = g_new0(MirrorState, 1);
+    MirrorStateFile f;
+    MirrorStateWrite w;
+    gsize len;
+    int ret;
+
+    st->path = g_strdup(path);
+    st->tmp_path = g_strconcat(path, ".tmp", NULL);
+    st->dir = g_path_get_dirname(path);
+    mirror_state_identity_copy(&st->id, id);
+    mirror_extents_init(&st->good);
+    mirror_extents_init(&st->disk);
+    mirror_extents_init(&st->writing);
+    mirror_extents_init(&st->pending);
+    mirror_extents_init(&st->flushing);
+    st->held = g_array_new(FALSE, FALSE, sizeof(MirrorExtent));
+    g_queue_init(&st->waiters);
+    g_queue_init(&st->next_waiters);
+
+    if (g_file_get_contents(path, &buf, &len, &err)) {
+        bool ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp) &&
+                  mirror_state_identity_check(&f.id, id, errp);
+
+        if (ok) {
+            st->resumed = true;
+            st->seq = f.seq;
+            mirror_extents_copy(&st->good, &f.good);
+            mirror_extents_copy(&st->disk, &f.good);
+        }
+        mirror_state_file_clear(&f);
+        if (!ok) {
+            goto fail;
+        }
+        return st;
+    }
+    if (!g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                    err->message);
+        goto fail;
+    }
+    if (id->sync == MIRROR_SYNC_MODE_NONE) {
+        mirror_extents_add(&st->good, 0, id->size);
+    }
+    w = (MirrorStateWrite) {
+        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
+        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
+    };
+    ret = mirror_state_write_work(&w);
+    g_byte_array_unref(w.data);
+    if (ret < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "cannot write it: %s", g_strerror(-ret));
+        goto fail;
+    }
+    mirror_extents_copy(&st->disk, &st->good);
+    return st;
+
+fail:
+    mirror_state_free(st);
+    return NULL;
+}
+
+void mirror_state_free(MirrorState *st)
+{
+    MirrorStateWaiter *w;
+
+    if (!st) {
+        return;
+    }
+    g_assert(!st->write);
+    while ((w = g_queue_pop_head(&st->next_waiters))) {
+        w->cb(w->opaque, -ECANCELED);
+        g_free(w);
+    }
+    mirror_extents_destroy(&st->good);
+    mirror_extents_destroy(&st->disk);
+    mirror_extents_destroy(&st->writing);
+    mirror_extents_destroy(&st->pending);
+    mirror_extents_destroy(&st->flushing);
+    g_array_free(st->held, TRUE);
+    mirror_state_identity_clear(&st->id);
+    g_free(st->path);
+    g_free(st->tmp_path);
+    g_free(st->dir);
+    g_free(st);
+}
+
+bool mirror_state_busy(MirrorState *st)
+{
+    return st && st->write;
+}
+
+bool mirror_state_resumed(MirrorState *st)
+{
+    return st && st->resumed;
+}
+
+const MirrorExtents *mirror_state_good(MirrorState *st)
+{
+    return &st->good;
+}
+
+int64_t mirror_state_good_bytes(MirrorState *st)
+{
+    return st ? st->good.bytes : -1;
+}
+
+/* ---- what the job reports ---- */
+
+/* [offset, offset + bytes) rounded out to granules, clipped to the size. */
+static void mirror_state_granules(MirrorState *st, int64_t offset,
+                                  int64_t bytes, int64_t *start, int64_t *end)
+{
+    int64_t g = st->id.granularity;
+
+    *start = QEMU_ALIGN_DOWN(MIN(offset, st->id.size), g);
+    *end = MIN(QEMU_ALIGN_UP(offset + bytes, g), st->id.size);
+}
+
+static void mirror_state_add_pending(MirrorState *st, int64_t start,
+                                     int64_t end)
+{
+    if (end > start && !st->pending.bytes) {
+        st->pending_since_ns = clock_ns();
+    }
+    mirror_extents_add(&st->pending, start, end);
+}
+
+void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
+                        int64_t bytes)
+{
+    int64_t pos, end;
+
+    if (!st) {
+        return;
+    }
+    mirror_state_granules(st, offset, bytes, &pos, &end);
+    while (pos < end) {
+        int64_t d = dirty_bitmap_next_dirty(dirty, pos);
+        int64_t stop = d < 0 || d > end ? end : d;
+
+        mirror_state_add_pending(st, pos, stop);
+        if (stop >= end) {
+            break;
+        }
+        pos = dirty_bitmap_next_clean(dirty, stop);
+    }
+}
+
+/* [start, end) is not good any more, nor about to be. */
+static void mirror_state_forget(MirrorState *st, int64_t start, int64_t end)
+{
+    mirror_extents_remove(&st->good, start, end);
+    mirror_extents_remove(&st->pending, start, end);
+    mirror_extents_remove(&st->flushing, start, end);
+}
+
+/* May a crash leave a file that calls part of [start, end) good? */
+static bool mirror_state_on_disk(MirrorState *st, int64_t start, int64_t end)
+{
+    return mirror_extents_intersects(&st->disk, start, end) ||
+           (st->write && mirror_extents_intersects(&st->writing, start, end));
+}
+
+void mirror_state_dirtied(MirrorState *st, int64_t offset, int64_t bytes)
+{
+    int64_t start, end;
+
+    if (!st) {
+        return;
+    }
+    mirror_state_granules(st, offset, bytes, &start, &end);
+    mirror_state_forget(st, start, end);
+    if (mirror_state_on_disk(st, start, end)) {
+        mirror_state_want_write(st);
+    }
+}
+
+void mirror_state_flush_begin(MirrorState *st)
+{
+    if (!st) {
+        return;
+    }
+    mirror_extents_union(&st->flushing, &st->pending);
+    mirror_extents_clear(&st->pending);
+}
+
+void mirror_state_flush_end(MirrorState *st, int ret)
+{
+    if (!st) {
+        return;
+    }
+    if (ret < 0) {
+        /* Not flushed: the next flush tries again. */
+        if (st->flushing.bytes) {
+            if (!st->pending.bytes) {
+                st->pending_since_ns = clock_ns();
+            }
+            mirror_extents_union(&st->pending, &st->flushing);
+        }
+        mirror_extents_clear(&st->flushing);
+        return;
+    }
+    if (!st->flushing.bytes) {
+        return;
+    }
+    mirror_extents_union(&st->good, &st->flushing);
+    mirror_extents_clear(&st->flushing);
+    /* A guest write between its gate and its completion: not yet. */
+    for (guint i = 0; i < st->held->len; i++) {
+        MirrorExtent *h = &g_array_index(st->held, MirrorExtent, i);
+
+        mirror_extents_remove(&st->good, h->start, h->end);
+    }
+    mirror_state_want_write(st);
+}
+
+int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns)
+{
+    int64_t at;
+
+    if (!st || !st->pending.bytes || st->removing) {
+        return -1;
+    }
+    if (st->pending.bytes >= MIRROR_STATE_FLUSH_BYTES) {
+        return 0;
+    }
+    at = st->pending_since_ns + MIRROR_STATE_FLUSH_NS;
+    return at <= now_ns ? 0 : at - now_ns;
+}
+
+/* ---- guest writes ---- */
+
+bool mirror_state_guest_write(MirrorState *st, int64_t offset,
+                              int64_t bytes, BlockCompletionFunc *cb,
+                              void *opaque)
+{
+    MirrorExtent h;
+    MirrorStateWaiter *w;
+
+    if (!st || st->removing || st->removed) {
+        return true;
+    }
+    mirror_state_granules(st, offset, bytes, &h.start, &h.end);
+    if (h.end <= h.start) {
+        return true;
+    }
+    g_array_append_val(st->held, h);
+    mirror_state_forget(st, h.start, h.end);
+    if (!mirror_state_on_disk(st, h.start, h.end)) {
+        return true;
+    }
+    w = g_new0(MirrorStateWaiter, 1);
+    w->cb = cb;
+    w->opaque = opaque;
+    g_queue_push_tail(&st->next_waiters, w);
+    mirror_state_want_write(st);
+    return false;
+}
+
+void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes)
+{
+    int64_t start, end;
+
+    if (!st) {
+        return;
+    }
+    mirror_state_granules(st, offset, bytes, &start, &end);
+    for (guint i = 0; i < st->held->len; i++) {
+        MirrorExtent *h = &g_array_index(st->held, MirrorExtent, i);
+
+        if (h->start == start && h->end == end) {
+            g_array_remove_index_fast(st->held, i);
+            return;
+        }
+    }
+}
+
+void mirror_state_remove(MirrorState *st)
+{
+    MirrorStateWaiter *w;
+
+    if (!st || st->removing || st->removed) {
+        return;
+    }
+    st->removing = true;
+    /* Nobody needs the file any more: waiting guests go on. */
+    while ((w = g_queue_pop_head(&st->next_waiters))) {
+        w->cb(w->opaque, 0);
+        g_free(w);
+    }
+    if (!st->write) {
+        mirror_state_remove_now(st);
+    }
+}

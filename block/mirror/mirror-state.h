@@ -1,0 +1,117 @@
+/*
+ * The persisted state of a mirror job (--state-file): which granules of
+ * the target are known good, kept durably in a small checksummed file so
+ * that a rerun after a crash copies only the rest.
+ *
+ * Known good: written to the target, and a target flush that began after
+ * the write completed has succeeded; nothing dirtied it since.  The job
+ * reports what it makes clean (mirror_state_clean()) and its flushes
+ * (mirror_state_flush_begin/end()); a flush's success promotes what was
+ * clean before it began, and the state is written (in the background).
+ * Dirtying (mirror_state_dirtied(), through the dirty bitmap's notifier)
+ * takes granules out again.
+ *
+ * Guest writes through the mirror-top filter pass a gate first
+ * (mirror_state_guest_write()): their granules stop being known good at
+ * once, and when the file on disk (or the write of it in flight) says
+ * one of them is known good, the guest's write waits until a state that
+ * says otherwise is on disk.  Waiters share one state write (group
+ * commit); writes to granules the file already calls not good go on at
+ * once.  Between the gate and mirror_state_guest_done() the granules are
+ * held: no flush promotes them.
+ *
+ * Writing the file: the whole state into PATH.tmp, fsync, rename over
+ * PATH, fsync of the directory; on a worker thread.  A crash leaves the
+ * old or the new file whole.  A write that fails removes the file
+ * instead (a rerun then starts over); if even that fails, waiting guest
+ * writes fail with the error.
+ *
+ * All on the main loop.  Every function accepts a NULL state and then
+ * does nothing (a job without --state-file).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef BLOCK_MIRROR_STATE_H
+#define BLOCK_MIRROR_STATE_H
+
+#include "block/block.h"
+#include "block/mirror/dirty-bitmap.h"
+#include "block/mirror/mirror-state-format.h"
+
+typedef struct MirrorState MirrorState;
+
+/* A flush is due after this many bytes were made clean since the last
+ * one began ... */
+#define MIRROR_STATE_FLUSH_BYTES    (64 * 1024 * 1024)
+/* ... or this long after the first of them, whichever comes first. */
+#define MIRROR_STATE_FLUSH_NS       (2 * 1000000000LL)
+
+/*
+ * Read the state file @path: false with @errp set when it exists but
+ * cannot be read or is not a valid state file (BLOCK_ERROR_INVALID for
+ * a corrupt one); true otherwise, *@exists saying whether it exists.
+ */
+bool mirror_state_probe(const char *path, bool *exists, GError **errp);
+
+/*
+ * Open the state of the job @id at @path: when the file exists it must
+ * be valid and of this job (else NULL with @errp set,
+ * BLOCK_ERROR_INVALID naming what differs) and the state resumes from
+ * it; else the file is created, with nothing known good (for sync=none,
+ * everything: the target is taken as a copy of the source, as the job
+ * takes it), and written before this returns.
+ */
+MirrorState *mirror_state_open(const char *path,
+                               const MirrorStateIdentity *id, GError **errp);
+
+/* Free @st; call it when mirror_state_busy() is false. */
+void mirror_state_free(MirrorState *st);
+
+/* Is a write or a removal of the file still to finish? */
+bool mirror_state_busy(MirrorState *st);
+
+/* Did @st load an existing file? */
+bool mirror_state_resumed(MirrorState *st);
+
+/* The known-good extents now (bytes: ->bytes). */
+const MirrorExtents *mirror_state_good(MirrorState *st);
+
+/* Bytes known good now; -1 for a NULL state. */
+int64_t mirror_state_good_bytes(MirrorState *st);
+
+/* The granules of [offset, offset + bytes) that are clean in @dirty now
+ * were written (or need no write): a flush beginning later makes them
+ * known good. */
+void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
+                        int64_t bytes);
+
+/* [offset, offset + bytes) is dirty again: not known good any more. */
+void mirror_state_dirtied(MirrorState *st, int64_t offset, int64_t bytes);
+
+/* A target flush begins / ended with @ret. */
+void mirror_state_flush_begin(MirrorState *st);
+void mirror_state_flush_end(MirrorState *st, int ret);
+
+/*
+ * When should the job flush the target next: 0 now, > 0 in that many
+ * ns, -1 not (nothing waits for a flush).  @now_ns: clock_ns().
+ */
+int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns);
+
+/*
+ * A guest write to [offset, offset + bytes) is about to reach the source
+ * (see above).  True: it may go now.  False: @cb(@opaque, ret) runs later
+ * (0: go; < 0: the state could not be written, fail the guest's write).
+ * Either way call mirror_state_guest_done() once the write completed.
+ */
+bool mirror_state_guest_write(MirrorState *st, int64_t offset,
+                              int64_t bytes, BlockCompletionFunc *cb,
+                              void *opaque);
+void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
+
+/* The job completed: remove the file (once the write in flight, if any,
+ * is done).  Guest writes no longer wait. */
+void mirror_state_remove(MirrorState *st);
+
+#endif /* BLOCK_MIRROR_STATE_H */
