@@ -308,6 +308,16 @@ static bool convert_resuming(const char *path, const char *src,
         *bad = true;
         return false;
     }
+    if (!exists) {
+        /* It is created after the target: fail before, not after. */
+        g_autofree char *dir = g_path_get_dirname(path);
+
+        if (access(dir, W_OK | X_OK) < 0) {
+            tool_error("--state-file '%s': cannot create it: %s", path,
+                       g_strerror(errno));
+            *bad = true;
+        }
+    }
     return exists;
 }
 

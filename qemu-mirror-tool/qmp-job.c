@@ -107,6 +107,9 @@ JsonNode *qmp_job_block_info(Job *job)
         add_int(b, "copy-rate", (int64_t)st.copy_rate);
         add_int(b, "eta-ms", st.eta_ms);
         add_bool(b, "in-sync", st.in_sync);
+        if (st.known_good_bytes >= 0) {         /* --state-file */
+            add_int(b, "known-good-bytes", st.known_good_bytes);
+        }
     } else {
         add_str(b, "io-status", "ok");
     }

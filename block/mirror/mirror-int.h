@@ -79,7 +79,6 @@ typedef struct MirrorFlush {
     bool ready_due;             /* a flush begun with nothing dirty nor in
                                  * flight succeeded: READY is due */
     bool state_in_flight;       /* a --state-file flush (mirror.c) */
-    uint64_t state_mark;        /* writes_since when it began */
 } MirrorFlush;
 
 /* The error policy's state: mirror.c only. */

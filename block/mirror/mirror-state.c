@@ -501,6 +501,12 @@ bool mirror_state_guest_write(MirrorState *st, int64_t offset,
     w = g_new0(MirrorStateWaiter, 1);
     w->cb = cb;
     w->opaque = opaque;
+    if (st->write && !mirror_extents_intersects(&st->writing, h.start,
+                                                h.end)) {
+        /* The write in flight already says "not good": wait for it. */
+        g_queue_push_tail(&st->waiters, w);
+        return false;
+    }
     g_queue_push_tail(&st->next_waiters, w);
     mirror_state_want_write(st);
     return false;

@@ -230,10 +230,10 @@ static void mirror_state_flush_done(void *opaque, int ret)
 
     s->flush.state_in_flight = false;
     mirror_state_flush_end(s->track.state, ret);
+    /* writes_since stays: writes in flight when it began are not covered
+     * (READY and completion flush again). */
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
-    } else if (s->flush.writes_since == s->flush.state_mark) {
-        s->flush.writes_since = 0;
     }
     mirror_pump(s);
 }
@@ -249,14 +249,17 @@ static gboolean mirror_state_timer_cb(gpointer opaque)
  * With a state file, flush the target when mirror_state_flush_due() says
  * (every MIRROR_STATE_FLUSH_BYTES made clean, or MIRROR_STATE_FLUSH_NS
  * after the first of them).  Operations go on meanwhile: what completes
- * during the flush waits for the next one.
+ * during the flush waits for the next one.  None once the job is being
+ * cancelled, failing or pausing: a stalled target must not hold those
+ * up.
  */
 static void mirror_state_flush(MirrorJob *s)
 {
     int64_t due;
 
     if (!s->track.state || s->finished || s->flush.in_flight ||
-        s->flush.state_in_flight) {
+        s->flush.state_in_flight || s->err.ret < 0 ||
+        job_is_cancelled(&s->common) || job_should_pause(&s->common)) {
         return;
     }
     due = mirror_state_flush_due(s->track.state, clock_ns());
@@ -269,7 +272,6 @@ static void mirror_state_flush(MirrorJob *s)
             s->state_timer = NULL;
         }
         s->flush.state_in_flight = true;
-        s->flush.state_mark = s->flush.writes_since;
         mirror_state_flush_begin(s->track.state);
         bdrv_aio_flush(s->dst, mirror_state_flush_done, s);
     }
