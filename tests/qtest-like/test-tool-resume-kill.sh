@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Resume from a state file after kill -9 (issue 20, point 2): at least 50
-# kills at random instants per run, each followed by the same command run
+# Resume from a state file after kill -9 (issue 20, point 2; the engine's
+# own end-to-end test is test-tool-resume.sh): at least 50 kills at
+# random instants per run, each followed by the same command run
 # to completion and `cmp` of source and target:
 #
 # - convert mid-copy, into a new file or (a power cut of the target) into
@@ -22,7 +23,7 @@
 # its state file, a cancelled or failed one leaves it.
 #
 # Kill instants are random (seeded; the seed is printed, and on failure
-# with the command that replays it: `test-tool-resume.sh SEED`): a
+# with the command that replays it: `test-tool-resume-kill.sh SEED`): a
 # fraction of the job's progress bar, or a delay measured from an event
 # (READY, a guest write, the reply to block-job-complete).  Waits for
 # readiness are on output, files and process exits; every one is bounded.
@@ -60,7 +61,6 @@ _resume_exit()
             tail -5 "$work/kills.log" 2>/dev/null | sed 's/^/    /'
         } >&2
     fi
-    cp "$work/kills.log" /tmp/rt-kills.log # DEBUG
     _lib_cleanup
 }
 trap _resume_exit EXIT
@@ -170,6 +170,33 @@ same()
     assert_same "$1" "$2" "$3 (see kills.log)"
 }
 
+# keep FILE / kept FILE WHAT: FILE was not written since keep ran: the
+# same inode, size and modification time (every write changes that);
+# kept_bytes FILE WHAT: and the same bytes (cmp with a copy: a sha256 of
+# 256 MiB costs a second here).
+declare -A _kept
+_stat()
+{
+    stat -c '%i %s %y' "$1"
+}
+
+keep()
+{
+    cp --sparse=always "$1" "$1.kept" || fail "cp $1"
+    _kept[$1]=$(_stat "$1")
+}
+
+kept()
+{
+    [ "$(_stat "$1")" = "${_kept[$1]}" ] || fail "$2: '$1' was written"
+}
+
+kept_bytes()
+{
+    kept "$@"
+    cmp -s "$1" "$1.kept" || fail "$2: '$1' was modified"
+}
+
 # The source: 256 MiB, in each 8 MiB 512 KiB of random data, and in every
 # fourth also 512 KiB of allocated zeroes, the rest holes: the job copies
 # 16 MiB of data (at 48 MiB/s in most cases: 0.35 s) and makes the rest
@@ -242,7 +269,7 @@ tries=0
 while [ $i -lt $N_CONVERT ] && [ $tries -lt $((N_CONVERT * 2)) ]; do
     tries=$((tries + 1))
     rm -f c.raw c.state
-    rnd 0 1; power=$r
+    power=$(( i % 3 == 2 ))       # every third: a power cut
     rnd 0 1; oob=$r
     opts=(-p -r 48M --state-file c.state)
     [ "$oob" = 1 ] && opts+=(-W)
@@ -293,7 +320,7 @@ while [ $i -lt $N_BULK ] && [ $tries -lt $((N_BULK * 2)) ]; do
     tries=$((tries + 1))
     rm -f b.state
     junk_target b.raw
-    rnd 0 1; power=$r
+    power=$(( i % 3 == 2 ))       # every third: a power cut
     if [ "$power" = 1 ]; then
         start_target bt b.raw
         tgt=$uri
@@ -383,18 +410,22 @@ live_target()
 }
 
 # --- in the sync stage, fio writing through the export ---------------------------
-# fio writes random 4k..64k blocks at 8 MiB/s anywhere in the disk; the
-# kill comes 0..400 ms after its first write that reached the source after
-# READY.  Every write fio saw acknowledged is in s.src: the resumed target
+# After READY the job copies at 2..16 MiB/s and fio writes random 4k..64k
+# blocks at 8 MiB/s anywhere in the disk; the kill comes 0..400 ms after
+# its first write that reached the source.  Every write fio saw acknowledged is in s.src: the resumed target
 # must have it.
 for (( i = 0; i < N_SYNC; i++ )); do
     rm -f s.state
     cp base.raw s.src
-    rnd 0 1; power=$r
+    power=$(( i % 3 == 2 ))       # every third: a power cut
     live_target st s.raw "$power"
     cmd=("$T" start --qmp "$scratch/sync.qmp" --qmp-wait
          --export "unix:$scratch/sync.nbd" --state-file s.state s.src "$tgt")
     live_start sync
+    # Copies slower than fio writes: dirty granules pile up.
+    rnd 2 16; speed=$r
+    expect_ok $TMO "$T" qmp "$qmp_sock" block-job-set-speed \
+        "{\"device\": \"mirror\", \"speed\": $((speed << 20))}"
     before=$(stat -c %y s.src)
     rnd 1 1000000; fseed=$r
     fio --name=guest --thread --ioengine=nbd --uri="$exp" --rw=randwrite \
@@ -406,8 +437,8 @@ for (( i = 0; i < N_SYNC; i++ )); do
     rnd_sleep 0 400
     kill9 "$pid" $tpid || fail "sync $i: mirror-tool exited by itself"
     kills=$((kills + 1))
-    note "sync $i: power=$power fio seed $fseed, killed ${delay_ms}ms after" \
-        "its first write"
+    note "sync $i: power=$power fio seed $fseed, copies at $speed MiB/s," \
+        "killed ${delay_ms}ms after its first write"
     [ -e s.state ] || fail "sync $i: killed in the sync stage, no state file"
     # fio retries a dead export for ever: stop it.
     kill -KILL "$fio_pid" 2>/dev/null
@@ -434,7 +465,7 @@ ok "start --export: $N_SYNC kills -9 in the sync stage while fio wrote," \
 for (( i = 0; i < N_COMPLETE; i++ )); do
     rm -f k.state
     cp base.raw k.src
-    rnd 0 1; power=$r
+    power=$(( i % 3 == 2 ))       # every third: a power cut
     live_target kt k.raw "$power"
     cmd=("$T" start --qmp "$scratch/cpl.qmp" --qmp-wait
          --export "unix:$scratch/cpl.nbd" --state-file k.state k.src "$tgt")
@@ -511,7 +542,8 @@ copied=$(summary_bytes late)
 same base.raw l.raw "late"
 assert_absent l.state "late: the completed job's state file"
 junk_target l.raw
-bg full "${cmd[@]}"
+# The same without --speed: only the bytes count.
+bg full "$T" start -p --json --state-file l.state base.raw l.raw
 reap "$pid"
 expect_rc full 0
 [ "$(summary_bytes full)" = "$SIZE" ] ||
@@ -549,17 +581,15 @@ corrupt()
 {
     local what=$1
     shift
-    junk_target x.raw
-    remember_sum x.raw
     "$@" <good.state >x.state || fail "$what: making the state file"
     cmp -s good.state x.state && fail "$what: the state file is intact"
-    remember_sum x.state
+    keep x.state
     run $TMO "$T" convert "${copts[@]}" base.raw x.raw
     case $last_rc in
     2)
         stderr_one_line
-        assert_unchanged x.raw "$what: refused, but the target"
-        assert_unchanged x.state "$what: refused, but the state file"
+        kept x.raw "$what: refused, but the target"
+        kept x.state "$what: refused, but the state file"
         corrupt_refused="$corrupt_refused $what"
         ;;
     0)
@@ -572,6 +602,8 @@ corrupt()
         same base.raw x.raw "$what"
         assert_absent x.state "$what: the completed job's state file"
         corrupt_ignored="$corrupt_ignored $what"
+        junk_target x.raw
+        keep x.raw
         ;;
     *)
         fail "$what: exit code $last_rc"
@@ -580,6 +612,8 @@ corrupt()
 }
 
 sz=$(file_size good.state)
+junk_target x.raw
+keep x.raw
 corrupt_refused=
 corrupt_ignored=
 corrupt empty true
@@ -601,56 +635,73 @@ for at in 0 $((sz / 2)) $((sz - 1)); do
     rnd 1 255
     corrupt "byte $at ^ $r" flip "$at" "$r"
 done
+kept_bytes x.raw "the corrupt state files' target"
 echo "# refused:$corrupt_refused"
 echo "# treated as nothing known good:$corrupt_ignored"
 echo "# ${SECONDS}s"
 ok "torn and corrupt state files: refused or nothing trusted; never wrong"
 
 # --- the state file of another job -------------------------------------------------
-# other WHAT ARGS...: convert|start ARGS with good.state (or b.state) is
-# refused: exit 2, one line, no target written or created, the state file
-# kept.
+# refused WHAT STATE DIFF ARGS...: mirror-tool ARGS with STATE is refused:
+# exit 2, one line naming what differs (DIFF), and neither the state file
+# nor the target x.raw written, no other target created.
 make_sparse_image other.raw 256M 0:1M
 make_sparse_image small.raw 128M 0:1M
-junk_target x.raw
-remember_sum x.raw
 refused()
 {
-    local what=$1 st=$2
-    shift 2
-    remember_sum "$st"
+    local what=$1 st=$2 diff=$3
+    shift 3
+    keep "$st"
     run $TMO "$T" "$@"
     [ "$last_rc" = 2 ] || fail "$what: exit code $last_rc, expected 2"
     stderr_one_line
-    assert_unchanged "$st" "$what: the state file"
-    assert_unchanged x.raw "$what: the target"
+    stderr_has "--state-file '$st': the $diff differs"
+    kept "$st" "$what: the state file"
+    kept x.raw "$what: the target"
 }
+# x.raw is good.state's target (the same inode).
+junk_target x.raw
+keep x.raw
 cp good.state x.state
-refused "another source" x.state convert "${copts[@]}" other.raw x.raw
-refused "a source of another size" x.state convert "${copts[@]}" small.raw x.raw
-refused "another target" x.state convert "${copts[@]}" base.raw y.raw
-assert_absent y.raw
+refused "another source" x.state source \
+    convert "${copts[@]}" other.raw x.raw
+refused "a source of another size" x.state source \
+    convert "${copts[@]}" small.raw x.raw
+junk_target y.raw
+keep y.raw
+refused "another target" x.state target convert "${copts[@]}" base.raw y.raw
+kept_bytes y.raw "another target"
+run $TMO "$T" convert "${copts[@]}" base.raw new.raw
+[ "$last_rc" = 2 ] || fail "a target that is gone: exit code $last_rc"
+stderr_one_line
+assert_absent new.raw "a target that is gone"
+kept_bytes x.raw "the target of another pair's state file"
 echo "# ${SECONDS}s"
 ok "convert with the state file of another pair: exit 2, nothing written"
 
-# A start job killed at 50% leaves b.state; other parameters are refused.
-junk_target b.raw
-rm -f b.state
-bopts=(--speed 32M --state-file b.state)
-bg b "$T" start -p "${bopts[@]}" base.raw b.raw
-wait_progress 60 "$pid" b.err 50
-kill9 "$pid" || fail "b: the job ended before 50%"
+# A start into x.raw killed at 50% leaves x.state; other parameters are
+# refused.
+junk_target x.raw
+rm -f x.state
+xopts=(--speed 32M --state-file x.state)
+bg x "$T" start -p "${xopts[@]}" base.raw x.raw
+wait_progress 60 "$pid" x.err 50
+kill9 "$pid" || fail "x: the job ended before 50%"
 kills=$((kills + 1))
-cp b.raw x.raw
-remember_sum x.raw
-refused "another granularity" b.state start "${bopts[@]}" \
-    --granularity 128K base.raw x.raw
-refused "another sync mode" b.state start "${bopts[@]}" --sync none \
-    base.raw x.raw
-refused "another source" b.state start "${bopts[@]}" other.raw x.raw
+keep x.raw
+refused "another granularity" x.state granularity \
+    start "${xopts[@]}" --granularity 128K base.raw x.raw
+refused "another sync mode" x.state "sync mode" \
+    start "${xopts[@]}" --sync none base.raw x.raw
+refused "another source" x.state source start "${xopts[@]}" other.raw x.raw
+kept_bytes x.raw "the target of another job's state file"
+# The same job resumes from it.
+run $TMO "$T" start "${xopts[@]}" base.raw x.raw
+[ "$last_rc" = 0 ] || fail "x: the resumed start failed"
+same base.raw x.raw "x: the resumed start"
 echo "# ${SECONDS}s"
 ok "start with the state file of another job (granularity, sync, source):" \
-    "exit 2"
+    "exit 2, nothing written; the same job resumes"
 
 # --- the state file's life ------------------------------------------------------------
 rm -f z.raw z.state
