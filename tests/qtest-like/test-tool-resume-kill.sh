@@ -261,6 +261,16 @@ start_target()
     nbdkit_up "$1" --filter=cache file "$work/$2" cache=writeback
 }
 
+# completed_before STATE SRC TGT: the kill came after the job completed
+# (it removed STATE, then was killed before it exited): TGT must equal SRC
+# then (the final flush came before the removal; TGT is the file under
+# nbdkit after a power cut).  False while STATE exists (a kill mid-job).
+completed_before()
+{
+    [ -e "$1" ] && return 1
+    same "$2" "$3" "killed after the state file was removed, the target"
+}
+
 # --- convert, killed mid-copy ------------------------------------------------
 # 16 MiB of data at 48 MiB/s: about 0.35 s, progress drawn every 100 ms.  The kill
 # comes at a random point of the progress bar plus up to one more tick.
@@ -291,10 +301,13 @@ while [ $i -lt $N_CONVERT ] && [ $tries -lt $((N_CONVERT * 2)) ]; do
         note "convert $i: finished before the kill (at $pct% + ${delay_ms} ms)"
         continue
     fi
+    if completed_before c.state base.raw c.raw; then
+        note "convert $i: completed before the kill (at $pct% + ${delay_ms} ms)"
+        continue
+    fi
     kills=$((kills + 1))
     note "convert $i: power=$power -W=$oob killed at $pct%+${delay_ms}ms" \
         "(bar $at%)"
-    [ -e c.state ] || fail "convert $i: killed mid-copy, no state file"
     [ "$power" = 1 ] && start_target ct c.raw
     run $TMO "$T" convert "${opts[@]}" base.raw "$tgt"
     [ "$last_rc" = 0 ] || fail "convert $i: the resumed run failed"
@@ -338,9 +351,12 @@ while [ $i -lt $N_BULK ] && [ $tries -lt $((N_BULK * 2)) ]; do
         note "bulk $i: finished before the kill (at $pct% + ${delay_ms} ms)"
         continue
     fi
+    if completed_before b.state base.raw b.raw; then
+        note "bulk $i: completed before the kill (at $pct% + ${delay_ms} ms)"
+        continue
+    fi
     kills=$((kills + 1))
     note "bulk $i: power=$power killed at $pct%+${delay_ms}ms (bar $at%)"
-    [ -e b.state ] || fail "bulk $i: killed mid-copy, no state file"
     [ "$power" = 1 ] && start_target bt b.raw
     bg bulk "${cmd[@]}"
     reap "$pid"
