@@ -49,6 +49,7 @@ N_BULK=14
 N_SYNC=12
 N_COMPLETE=8
 kills=0
+work=$scratch                   # where kills.log is (tmpfs below)
 
 _resume_exit()
 {
