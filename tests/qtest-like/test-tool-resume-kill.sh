@@ -152,17 +152,19 @@ expect_rc()
     [ "$rc" = "$2" ] || { show "$1"; fail "$1: exit code $rc, expected $2"; }
 }
 
-# resumed NAME STATE: NAME.err says it resumed from STATE; sets known
-# (its K) and checks its N.
+# resumed NAME STATE: NAME.err says it resumed from STATE, with N the
+# size; sets known (its K).
 resumed()
 {
     local line
     line=$(grep -F "mirror-tool: resuming from '$2': " "$1.err" | tail -1)
     [ -n "$line" ] || { show "$1"; fail "$1: no 'resuming from' line"; }
-    known=$(echo "$line" | sed -n 's/.*: \([0-9]*\) of \([0-9]*\) bytes known good$/\1/p')
-    [ "$(echo "$line" | sed -n 's/.* of \([0-9]*\) bytes known good$/\1/p')" \
-        = "$SIZE" ] && [ -n "$known" ] && [ "$known" -le "$SIZE" ] ||
-        fail "$1: bad resume line: $line"
+    known=${line##*: }
+    known=${known%% of $SIZE bytes known good}
+    case $known in
+        ''|*[!0-9]*) fail "$1: bad resume line: $line" ;;
+    esac
+    [ "$known" -le "$SIZE" ] || fail "$1: bad resume line: $line"
 }
 
 # same SRC TGT WHAT: byte-identical, or fail naming the kill.
@@ -273,11 +275,13 @@ completed_before()
 }
 
 # --- convert, killed mid-copy ------------------------------------------------
-# 16 MiB of data at 48 MiB/s: about 0.35 s, progress drawn every 100 ms.  The kill
-# comes at a random point of the progress bar plus up to one more tick.
+# 16 MiB of data at 48 MiB/s: about 0.35 s, progress drawn every 100 ms.
+# The kill comes at a random point (2..70%) of the progress bar plus up to
+# 80 ms.  Every third target is nbdkit with the cache filter (a power
+# cut), the others new files; -W or in order at random.
 i=0
 tries=0
-while [ $i -lt $N_CONVERT ] && [ $tries -lt $((N_CONVERT * 2)) ]; do
+while [ $i -lt $N_CONVERT ] && [ $tries -lt $((N_CONVERT * 3)) ]; do
     tries=$((tries + 1))
     rm -f c.raw c.state
     power=$(( i % 3 == 2 ))       # every third: a power cut
@@ -293,10 +297,10 @@ while [ $i -lt $N_CONVERT ] && [ $tries -lt $((N_CONVERT * 2)) ]; do
         tgt=c.raw
         tpid=
     fi
-    rnd 2 80; pct=$r
+    rnd 2 70; pct=$r
     bg conv "$T" convert "${opts[@]}" base.raw "$tgt"
     wait_progress 60 "$pid" conv.err "$pct"
-    rnd_sleep 0 99
+    rnd_sleep 0 80
     at=$(progress_pct conv.err)
     if ! kill9 "$pid" $tpid; then
         note "convert $i: finished before the kill (at $pct% + ${delay_ms} ms)"
@@ -325,12 +329,12 @@ echo "# ${SECONDS}s"
 ok "convert: $i kills -9 mid-copy (some with the target's cache), resumed," \
     "target == source"
 
-# --- start, killed mid-bulk ------------------------------------------------------
+# --- start, killed mid-bulk --------------------------------------------------
 # The target starts as junk, so every granule has to be written (data or
 # zeroes).
 i=0
 tries=0
-while [ $i -lt $N_BULK ] && [ $tries -lt $((N_BULK * 2)) ]; do
+while [ $i -lt $N_BULK ] && [ $tries -lt $((N_BULK * 3)) ]; do
     tries=$((tries + 1))
     rm -f b.state
     junk_target b.raw
@@ -343,10 +347,10 @@ while [ $i -lt $N_BULK ] && [ $tries -lt $((N_BULK * 2)) ]; do
         tpid=
     fi
     cmd=("$T" start -p --speed 48M --state-file b.state base.raw "$tgt")
-    rnd 2 80; pct=$r
+    rnd 2 70; pct=$r
     bg bulk "${cmd[@]}"
     wait_progress 60 "$pid" bulk.err "$pct"
-    rnd_sleep 0 99
+    rnd_sleep 0 80
     at=$(progress_pct bulk.err)
     if ! kill9 "$pid" $tpid; then
         note "bulk $i: finished before the kill (at $pct% + ${delay_ms} ms)"
@@ -374,7 +378,7 @@ echo "# ${SECONDS}s"
 ok "start: $i kills -9 mid-bulk (some with the target's cache), resumed," \
     "target == source"
 
-# --- start with an export: the live cases -----------------------------------------
+# --- start with an export: the live cases ------------------------------------
 not_running()
 {
     ! kill -0 "$1" 2>/dev/null
@@ -426,17 +430,20 @@ live_target()
     fi
 }
 
-# --- in the sync stage, fio writing through the export ---------------------------
-# After READY the job copies at 2..16 MiB/s and fio writes random 4k..64k
-# blocks at 8 MiB/s anywhere in the disk; the kill comes 0..400 ms after
-# its first write that reached the source.  Every write fio saw acknowledged is in s.src: the resumed target
-# must have it.
+# --- in the sync stage, fio writing through the export -----------------------
+# After READY the job (background, or write-blocking every other time)
+# copies at 2..16 MiB/s and fio writes random 4k..64k blocks at 8 MiB/s
+# anywhere in the disk; the kill comes 0..400 ms after its first write
+# that reached the source.  Every write fio saw acknowledged is in s.src:
+# the resumed target must have it.
 for (( i = 0; i < N_SYNC; i++ )); do
     rm -f s.state
     cp base.raw s.src
     power=$(( i % 3 == 2 ))       # every third: a power cut
+    mode=background
+    [ $((i % 2)) = 1 ] && mode=write-blocking
     live_target st s.raw "$power"
-    cmd=("$T" start --qmp "$scratch/sync.qmp" --qmp-wait
+    cmd=("$T" start --qmp "$scratch/sync.qmp" --qmp-wait --copy-mode "$mode"
          --export "unix:$scratch/sync.nbd" --state-file s.state s.src "$tgt")
     live_start sync
     # Copies slower than fio writes: dirty granules pile up.
@@ -454,7 +461,8 @@ for (( i = 0; i < N_SYNC; i++ )); do
     rnd_sleep 0 400
     kill9 "$pid" $tpid || fail "sync $i: mirror-tool exited by itself"
     kills=$((kills + 1))
-    note "sync $i: power=$power fio seed $fseed, copies at $speed MiB/s," \
+    note "sync $i: power=$power $mode, fio seed $fseed," \
+        "copies at $speed MiB/s," \
         "killed ${delay_ms}ms after its first write"
     [ -e s.state ] || fail "sync $i: killed in the sync stage, no state file"
     # fio retries a dead export for ever: stop it.
@@ -473,7 +481,7 @@ echo "# ${SECONDS}s"
 ok "start --export: $N_SYNC kills -9 in the sync stage while fio wrote," \
     "resumed, target == source with every acknowledged write"
 
-# --- around completion -----------------------------------------------------------
+# --- around completion -------------------------------------------------------
 # After READY the speed drops to 4..16 MiB/s, a guest writes 2..8 MiB at
 # random places (then stops, as the walkthrough says), block-job-complete
 # is answered, and the kill comes 0..400 ms after: before, during or after
@@ -528,7 +536,7 @@ echo "# ${SECONDS}s"
 ok "start --export: $N_COMPLETE kills -9 around completion, resumed," \
     "target == source"
 
-# --- a late kill leaves most of the work done ---------------------------------------
+# --- a late kill leaves most of the work done --------------------------------
 # At 8 MiB/s (2 s), killed once the bar shows 90%: the resumed run writes
 # less than half of what a full run writes (all of the target: it is
 # junk), by the job's counters (--json: there is no "resuming" line).
@@ -568,7 +576,7 @@ expect_rc full 0
 echo "# ${SECONDS}s"
 ok "killed at 90%: the resumed run wrote $copied bytes, a full one $SIZE"
 
-# --- torn and corrupt state files --------------------------------------------------
+# --- torn and corrupt state files --------------------------------------------
 # A convert killed at 60% leaves good.state.  The control: the target
 # replaced by junk, the intact state file is trusted, so the junk where
 # it says "known good" stays (the comparisons below can fail).
@@ -658,7 +666,7 @@ echo "# treated as nothing known good:$corrupt_ignored"
 echo "# ${SECONDS}s"
 ok "torn and corrupt state files: refused or nothing trusted; never wrong"
 
-# --- the state file of another job -------------------------------------------------
+# --- the state file of another job -------------------------------------------
 # refused WHAT STATE DIFF ARGS...: mirror-tool ARGS with STATE is refused:
 # exit 2, one line naming what differs (DIFF), and neither the state file
 # nor the target x.raw written, no other target created.
@@ -720,7 +728,7 @@ echo "# ${SECONDS}s"
 ok "start with the state file of another job (granularity, sync, source):" \
     "exit 2, nothing written; the same job resumes"
 
-# --- the state file's life ------------------------------------------------------------
+# --- the state file's life ---------------------------------------------------
 rm -f z.raw z.state
 expect_ok $TMO "$T" convert --state-file z.state base.raw z.raw
 same base.raw z.raw "a plain run"
