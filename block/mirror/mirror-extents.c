@@ -138,6 +138,11 @@ bool mirror_extents_intersects(const MirrorExtents *e, int64_t start,
     return i < e->a->len && mirror_extents_get(e, i)->start < end;
 }
 
+guint mirror_extents_first_after(const MirrorExtents *e, int64_t pos)
+{
+    return mirror_extents_find(e, pos, true);
+}
+
 void mirror_extents_copy(MirrorExtents *dst, const MirrorExtents *src)
 {
     g_array_set_size(dst->a, 0);

@@ -43,6 +43,9 @@ void mirror_extents_remove(MirrorExtents *e, int64_t start, int64_t end);
 bool mirror_extents_intersects(const MirrorExtents *e, int64_t start,
                                int64_t end);
 
+/* The index of the first extent ending after @pos (the count if none). */
+guint mirror_extents_first_after(const MirrorExtents *e, int64_t pos);
+
 /* @dst becomes a copy of @src. */
 void mirror_extents_copy(MirrorExtents *dst, const MirrorExtents *src);
 

@@ -1,11 +1,20 @@
 /*
  * The persisted known-good set of a mirror job (see mirror-state.h).
  *
- * Four extent sets: @good, known good now; @disk, what the last state
+ * The extent sets: @good, known good now; @disk, what the last state
  * written holds; @writing, what the write in flight holds (a crash may
  * leave either file); @pending, made clean since the current flush
- * began, and @flushing, made clean before it.  Invariant: @good and the
- * held ranges are disjoint.
+ * began, and @flushing, made clean before it; @hot and @hot_old, what
+ * guests wrote in this and the last hot period; @parked, clean and
+ * flushed but hot.  Invariant: @good, the held ranges and the hot
+ * ranges are disjoint.
+ *
+ * Hot granules: a granule a guest wrote is not made known good again
+ * for a hot period or two (MIRROR_STATE_HOT_NS), since the next guest
+ * write to it would have to wait for the state file again: a guest that
+ * keeps writing the same granules waits once per period, not once per
+ * copy of them.  At the end of a period what was parked goes back to
+ * @pending; what is still hot is parked again by the next flush.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -49,6 +58,11 @@ struct MirrorState {
     MirrorExtents flushing;
     GArray *held;               /* MirrorExtent, one per gated guest write */
     int64_t pending_since_ns;   /* when @pending became non-empty */
+    MirrorExtents hot;
+    MirrorExtents hot_old;
+    MirrorExtents parked;
+    int64_t hot_ns;             /* the hot period; 0: none */
+    int64_t hot_since_ns;       /* when this period began */
 
     MirrorStateWrite *write;    /* in flight, or NULL */
     bool write_wanted;          /* another write after it */
@@ -57,6 +71,8 @@ struct MirrorState {
     GQueue waiters;             /* ... the write in flight */
     bool removing;              /* the job completed: remove the file */
     bool removed;
+    void (*idle_cb)(void *opaque);
+    void *idle_opaque;
 };
 
 /* ---- files ---- */
@@ -204,6 +220,9 @@ static void mirror_state_write_done(void *opaque, int ret)
         w->cb(w->opaque, ret);
         g_free(w);
     }
+    if (!st->write && st->idle_cb) {
+        st->idle_cb(st->idle_opaque);
+    }
 }
 
 static void mirror_state_write_start(MirrorState *st)
@@ -261,6 +280,11 @@ MirrorState *mirror_state_open(const char *path,
     mirror_extents_init(&st->writing);
     mirror_extents_init(&st->pending);
     mirror_extents_init(&st->flushing);
+    mirror_extents_init(&st->hot);
+    mirror_extents_init(&st->hot_old);
+    mirror_extents_init(&st->parked);
+    st->hot_ns = MIRROR_STATE_HOT_NS;
+    st->hot_since_ns = clock_ns();
     st->held = g_array_new(FALSE, FALSE, sizeof(MirrorExtent));
     g_queue_init(&st->waiters);
     g_queue_init(&st->next_waiters);
@@ -325,6 +349,9 @@ void mirror_state_free(MirrorState *st)
     mirror_extents_destroy(&st->writing);
     mirror_extents_destroy(&st->pending);
     mirror_extents_destroy(&st->flushing);
+    mirror_extents_destroy(&st->hot);
+    mirror_extents_destroy(&st->hot_old);
+    mirror_extents_destroy(&st->parked);
     g_array_free(st->held, TRUE);
     mirror_state_identity_clear(&st->id);
     g_free(st->path);
@@ -336,6 +363,15 @@ void mirror_state_free(MirrorState *st)
 bool mirror_state_busy(MirrorState *st)
 {
     return st && st->write;
+}
+
+void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
+                              void *opaque)
+{
+    if (st) {
+        st->idle_cb = cb;
+        st->idle_opaque = opaque;
+    }
 }
 
 bool mirror_state_resumed(MirrorState *st)
@@ -401,6 +437,63 @@ static void mirror_state_forget(MirrorState *st, int64_t start, int64_t end)
     mirror_extents_remove(&st->good, start, end);
     mirror_extents_remove(&st->pending, start, end);
     mirror_extents_remove(&st->flushing, start, end);
+    mirror_extents_remove(&st->parked, start, end);
+}
+
+/* Move what @from holds of [start, end) to @to. */
+static void mirror_state_move(MirrorExtents *to, MirrorExtents *from,
+                              int64_t start, int64_t end)
+{
+    g_autoptr(GArray) parts = g_array_new(FALSE, FALSE,
+                                          sizeof(MirrorExtent));
+
+    for (guint i = mirror_extents_first_after(from, start);
+         i < mirror_extents_count(from); i++) {
+        const MirrorExtent *x = mirror_extents_get(from, i);
+        MirrorExtent m = { MAX(x->start, start), MIN(x->end, end) };
+
+        if (x->start >= end) {
+            break;
+        }
+        g_array_append_val(parts, m);
+    }
+    for (guint i = 0; i < parts->len; i++) {
+        MirrorExtent *m = &g_array_index(parts, MirrorExtent, i);
+
+        mirror_extents_remove(from, m->start, m->end);
+        mirror_extents_add(to, m->start, m->end);
+    }
+}
+
+/* Park what @flushing holds of the hot set @hot. */
+static void mirror_state_park(MirrorState *st, const MirrorExtents *hot)
+{
+    for (guint i = 0; i < mirror_extents_count(hot); i++) {
+        const MirrorExtent *h = mirror_extents_get(hot, i);
+
+        mirror_state_move(&st->parked, &st->flushing, h->start, h->end);
+    }
+}
+
+/* A hot period ended: the parked granules may be promoted again. */
+static void mirror_state_rotate(MirrorState *st, int64_t now_ns)
+{
+    if (now_ns - st->hot_since_ns < st->hot_ns) {
+        return;
+    }
+    mirror_extents_swap(&st->hot_old, &st->hot);
+    mirror_extents_clear(&st->hot);
+    if (now_ns - st->hot_since_ns >= 2 * st->hot_ns) {
+        mirror_extents_clear(&st->hot_old);
+    }
+    st->hot_since_ns = now_ns;
+    if (st->parked.bytes) {
+        if (!st->pending.bytes) {
+            st->pending_since_ns = now_ns;
+        }
+        mirror_extents_union(&st->pending, &st->parked);
+        mirror_extents_clear(&st->parked);
+    }
 }
 
 /* May a crash leave a file that calls part of [start, end) good? */
@@ -449,6 +542,8 @@ void mirror_state_flush_end(MirrorState *st, int ret)
         mirror_extents_clear(&st->flushing);
         return;
     }
+    mirror_state_park(st, &st->hot);
+    mirror_state_park(st, &st->hot_old);
     if (!st->flushing.bytes) {
         return;
     }
@@ -467,7 +562,11 @@ int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns)
 {
     int64_t at;
 
-    if (!st || !st->pending.bytes || st->removing) {
+    if (!st || st->removing) {
+        return -1;
+    }
+    mirror_state_rotate(st, now_ns);
+    if (!st->pending.bytes) {
         return -1;
     }
     if (st->pending.bytes >= MIRROR_STATE_FLUSH_BYTES) {
@@ -495,6 +594,10 @@ bool mirror_state_guest_write(MirrorState *st, int64_t offset,
     }
     g_array_append_val(st->held, h);
     mirror_state_forget(st, h.start, h.end);
+    if (st->hot_ns) {
+        mirror_state_rotate(st, clock_ns());
+        mirror_extents_add(&st->hot, h.start, h.end);
+    }
     if (!mirror_state_on_disk(st, h.start, h.end)) {
         return true;
     }
@@ -530,6 +633,16 @@ void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes)
     }
 }
 
+void mirror_state_set_hot_ns(MirrorState *st, int64_t ns)
+{
+    st->hot_ns = ns;
+    if (!ns) {
+        mirror_extents_clear(&st->hot);
+        mirror_extents_clear(&st->hot_old);
+        mirror_state_rotate(st, st->hot_since_ns);
+    }
+}
+
 void mirror_state_remove(MirrorState *st)
 {
     MirrorStateWaiter *w;
@@ -538,6 +651,9 @@ void mirror_state_remove(MirrorState *st)
         return;
     }
     st->removing = true;
+    /* The job completed: all of it is good (hot granules too). */
+    mirror_extents_clear(&st->good);
+    mirror_extents_add(&st->good, 0, st->id.size);
     /* Nobody needs the file any more: waiting guests go on. */
     while ((w = g_queue_pop_head(&st->next_waiters))) {
         w->cb(w->opaque, 0);

@@ -15,7 +15,9 @@
  * (mirror_state_guest_write()): their granules stop being known good at
  * once, and when the file on disk (or the write of it in flight) says
  * one of them is known good, the guest's write waits until a state that
- * says otherwise is on disk.  Waiters share one state write (group
+ * says otherwise is on disk.  Granules guests write stay out of the
+ * known-good set for a while (MIRROR_STATE_HOT_NS, "hot"), so that a
+ * guest rewriting them does not wait again at every copy.  Waiters share one state write (group
  * commit); writes to granules the file already calls not good go on at
  * once.  Between the gate and mirror_state_guest_done() the granules are
  * held: no flush promotes them.
@@ -23,8 +25,8 @@
  * Writing the file: the whole state into PATH.tmp, fsync, rename over
  * PATH, fsync of the directory; on a worker thread.  A crash leaves the
  * old or the new file whole.  A write that fails removes the file
- * instead (a rerun then starts over); if even that fails, waiting guest
- * writes fail with the error.
+ * instead (a rerun then starts over, until a later write succeeds); if
+ * even that fails, the guest writes waiting for it fail with the error.
  *
  * All on the main loop.  Every function accepts a NULL state and then
  * does nothing (a job without --state-file).
@@ -46,6 +48,9 @@ typedef struct MirrorState MirrorState;
 #define MIRROR_STATE_FLUSH_BYTES    (64 * 1024 * 1024)
 /* ... or this long after the first of them, whichever comes first. */
 #define MIRROR_STATE_FLUSH_NS       (2 * 1000000000LL)
+/* A granule a guest wrote becomes known good again only once no guest
+ * wrote it for between one and two of these. */
+#define MIRROR_STATE_HOT_NS         (10 * 1000000000LL)
 
 /*
  * Read the state file @path: false with @errp set when it exists but
@@ -68,8 +73,13 @@ MirrorState *mirror_state_open(const char *path,
 /* Free @st; call it when mirror_state_busy() is false. */
 void mirror_state_free(MirrorState *st);
 
-/* Is a write or a removal of the file still to finish? */
+/* Is a write of the file still to finish? */
 bool mirror_state_busy(MirrorState *st);
+
+/* Call @cb(@opaque) whenever the writes end (busy turns false); NULL:
+ * no more. */
+void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
+                              void *opaque);
 
 /* Did @st load an existing file? */
 bool mirror_state_resumed(MirrorState *st);
@@ -110,8 +120,16 @@ bool mirror_state_guest_write(MirrorState *st, int64_t offset,
                               void *opaque);
 void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
 
+/*
+ * The hot period (MIRROR_STATE_HOT_NS by default); 0: a granule a guest
+ * wrote is known good again as soon as it is copied and flushed.
+ */
+void mirror_state_set_hot_ns(MirrorState *st, int64_t ns);
+
 /* The job completed: remove the file (once the write in flight, if any,
- * is done).  Guest writes no longer wait. */
+ * is done; the job waits for that, so that the file is gone before
+ * guests reach the target).  Guest writes no longer wait; everything
+ * counts as known good. */
 void mirror_state_remove(MirrorState *st);
 
 #endif /* BLOCK_MIRROR_STATE_H */

@@ -185,10 +185,6 @@ static void mirror_finish(MirrorJob *s, int ret)
     mirror_converge_stop(&s->converge);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
-    if (ret == 0 && s->should_complete) {
-        /* Completed, and the final flush succeeded: nothing to resume. */
-        mirror_state_remove(s->track.state);
-    }
     job_completed(&s->common, ret, NULL);
 }
 
@@ -392,6 +388,18 @@ static void mirror_check_state(MirrorJob *s)
             mirror_flush_target(s);
             return;
         }
+        if (s->should_complete && s->track.state) {
+            /*
+             * Nothing to resume: the file goes before guests reach the
+             * target, else a rerun after a crash would copy the stale
+             * source over their writes.  A state write in flight would
+             * put it back: wait for it (its end pumps).
+             */
+            if (mirror_state_busy(s->track.state)) {
+                return;
+            }
+            mirror_state_remove(s->track.state);
+        }
         if (s->top && s->should_complete) {
             mirror_top_set_child(s->top, s->dst);    /* the switch-over */
         }
@@ -557,6 +565,12 @@ static const MirrorTopOwner mirror_top_owner = {
 
 /* ---- JobDriver ---- */
 
+/* The state file's writes ended: completion may have waited for them. */
+static void mirror_state_idle(void *opaque)
+{
+    mirror_pump(opaque);
+}
+
 /* The dirty bitmap's notifier: dirty granules are not known good. */
 static void mirror_state_dirty_cb(void *opaque, int64_t offset,
                                   int64_t bytes)
@@ -657,6 +671,7 @@ static void mirror_free(Job *job)
 {
     MirrorJob *s = mirror_job(job);
 
+    mirror_state_set_idle_cb(s->track.state, NULL, NULL);
     mirror_remove_notifier(s);
     mirror_cancel_timers(s);
     mirror_converge_stop(&s->converge);
@@ -737,6 +752,7 @@ void mirror_job_set_state(Job *job, MirrorState *state)
 
     g_assert(job->status == JOB_STATUS_CREATED);
     s->track.state = state;
+    mirror_state_set_idle_cb(state, mirror_state_idle, s);
     if (s->top) {
         mirror_top_set_state(s->top, state);
     }

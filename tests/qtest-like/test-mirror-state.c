@@ -429,13 +429,52 @@ static void test_flush_promotes(void)
     g_assert_cmpint(mirror_state_good_bytes(st), ==, 2 * G);
 
     /* A copy that completes while a guest write holds its granule (the
-     * copy may have read the old data): a flush does not promote it. */
+     * copy may have read the old data): a flush does not promote it.
+     * (No hot period here: it would keep the granule out anyway.) */
+    mirror_state_set_hot_ns(st, 0);
     g_assert_true(mirror_state_guest_write(st, 6 * G, 1, NULL, NULL));
     mirror_state_clean(st, dirty, 6 * G, G);
     mirror_state_flush_begin(st);
     mirror_state_flush_end(st, 0);
     g_assert_cmpint(mirror_state_good_bytes(st), ==, 2 * G);
     mirror_state_guest_done(st, 6 * G, 1);
+    wait_idle(st);
+    mirror_state_free(st);
+    test_scratch_free(dir);
+}
+
+/* A granule a guest wrote is parked, not promoted, until its hot period
+ * ends; then the next flush promotes it. */
+static void test_flush_hot(void)
+{
+    char *dir = test_scratch_new();
+    g_autofree char *path = g_build_filename(dir, "st", NULL);
+    MirrorStateIdentity id = test_identity();
+    g_autoptr(DirtyBitmap) dirty = dirty_bitmap_new(id.size, G);
+    MirrorState *st = mirror_state_open(path, &id, NULL);
+    const int64_t hot = 20 * 1000 * 1000;      /* 20 ms */
+    int64_t t0;
+
+    mirror_state_set_hot_ns(st, hot);
+    t0 = clock_ns();
+    g_assert_true(mirror_state_guest_write(st, 2 * G, 1, NULL, NULL));
+    mirror_state_guest_done(st, 2 * G, 1);
+    mirror_state_clean(st, dirty, 0, 4 * G);    /* the copy of it, too */
+    mirror_state_flush_begin(st);
+    mirror_state_flush_end(st, 0);
+    if (clock_ns() - t0 < hot) {
+        g_assert_cmpint(mirror_state_good_bytes(st), ==, 3 * G);
+        /* Parked: nothing waits for a flush. */
+        g_assert_cmpint(mirror_state_flush_due(st, t0), ==, -1);
+    }
+    /* Once it has not been written for a period or two, it is. */
+    while (clock_ns() - t0 < 2 * hot) {
+        g_usleep(1000);
+    }
+    g_assert_cmpint(mirror_state_flush_due(st, clock_ns()), >=, 0);
+    mirror_state_flush_begin(st);
+    mirror_state_flush_end(st, 0);
+    g_assert_cmpint(mirror_state_good_bytes(st), ==, 4 * G);
     wait_idle(st);
     mirror_state_free(st);
     test_scratch_free(dir);
@@ -482,8 +521,8 @@ static void test_job_fail_then_resume(void)
     mirror_fixture_run(&f);
     g_assert_cmpint(f.job->ret, ==, -EIO);
     wait_idle(st);
-    mirror_state_free(st);
     mirror_fixture_destroy(&f);
+    mirror_state_free(st);
 
     /* What was flushed every 64 MiB is known good, never the granule
      * whose write failed. */
@@ -510,8 +549,8 @@ static void test_job_fail_then_resume(void)
     g_assert_cmpint(stats.known_good_bytes, ==, JOB_SIZE);
     wait_idle(st);
     g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
-    mirror_state_free(st);
     mirror_fixture_destroy(&f);
+    mirror_state_free(st);
     test_scratch_free(dir);
 }
 
@@ -614,6 +653,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/gate/group-commit",
                     test_gate_group_commit);
     g_test_add_func("/mirror-state/flush/promotes", test_flush_promotes);
+    g_test_add_func("/mirror-state/flush/hot", test_flush_hot);
     g_test_add_func("/mirror-state/job/fail-then-resume",
                     test_job_fail_then_resume);
     g_test_add_data_func("/mirror-state/job/guest-write/background",
