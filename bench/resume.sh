@@ -90,7 +90,7 @@ known() {
 # once its progress bar (redrawn every 100 ms) or its state file shows
 # KILL_PCT% less 64 MiB, after a random delay of up to the time a full run
 # takes for 64 MiB (TAU_MS[KIND], from the warm-up).  Sets BAR (the bar at
-# the kill).  Retries a run that finished first.
+# the kill).  Retries a run that completed first.
 kill_at() {
     local try pid b rc delay
     local mib64=$((64 << 20)) size=$((SIZE_GIB << 30))
@@ -119,8 +119,12 @@ kill_at() {
             continue
         fi
         ((rc == 137)) || { cat "$SCRATCH/killed.err" >&2; die "$1: exit code $rc"; }
+        if [[ ! -e $ST ]]; then
+            # Completed (it removes the file), killed before it exited.
+            log "  ($1: completed before the kill, again)"
+            continue
+        fi
         BAR=$(bar "$SCRATCH/killed.err")
-        [[ -e $ST ]] || die "$1: killed at $BAR%, no state file"
         return 0
     done
     die "$1: five runs finished before $KILL_PCT%"
