@@ -434,3 +434,37 @@ if pos != int(sys.argv[2]):
 EOF
     ) || fail "$1: $out"
 }
+
+# progress_pct FILE: the percentage the last progress bar drawn in FILE
+# (`-p`, redrawn after \r) shows, e.g. 62.5; 0 before the first one.
+# No command is run (it is polled).
+progress_pct()
+{
+    local s=
+    IFS= read -r -d '' s 2>/dev/null <"$1"
+    case $s in
+        *%*) ;;
+        *) echo 0; return ;;
+    esac
+    s=${s%\%*}
+    echo "${s##* }"
+}
+
+# _lib_progress_at PID FILE PCT: PID has exited, or its progress bar in
+# FILE shows at least PCT percent.
+_lib_progress_at()
+{
+    local p
+    kill -0 "$1" 2>/dev/null || return 0
+    p=$(progress_pct "$2")
+    p=${p%.*}
+    [ "${p:-0}" -ge "$3" ]
+}
+
+# wait_progress SECONDS PID FILE PCT: wait until the progress bar of PID
+# in FILE shows PCT (an integer) percent or more, or PID exits (the caller
+# tells which by PID's exit code); fail after SECONDS.
+wait_progress()
+{
+    wait_for "$1" "progress $4% in $3" _lib_progress_at "$2" "$3" "$4"
+}
