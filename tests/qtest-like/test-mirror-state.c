@@ -385,8 +385,8 @@ static void test_gate_group_commit(void)
     g_assert_cmpint(a.calls + b.calls + c.calls, ==, 3);
 
     /* Completion removes the file; later writes never wait. */
-    mirror_state_remove(st);
     wait_idle(st);
+    g_assert_cmpint(mirror_state_remove(st, NULL), ==, 0);
     g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
     g_assert_true(mirror_state_guest_write(st, 8 * G, 1, gate_cb, &a));
     mirror_state_free(st);
