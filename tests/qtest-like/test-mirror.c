@@ -8,6 +8,7 @@
  */
 #include "block/block-int.h"
 #include "block/mirror/mirror.h"
+#include "block/mirror/mirror-top.h"
 #include "block/null.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "tests/qtest-like/test-util.h"
@@ -420,6 +421,63 @@ static void test_reconnect_after_flush(void)
     mirror_fixture_destroy(&f);
 }
 
+static void guest_done_cb(void *opaque, int ret)
+{
+    int *left = opaque;
+
+    g_assert_cmpint(ret, ==, 0);
+    (*left)--;
+}
+
+/*
+ * Write-blocking: guest writes mirrored to the target after READY are
+ * copied again when the target reconnects before the next flush.
+ */
+static void test_reconnect_write_blocking(void)
+{
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
+    g_autofree uint8_t *buf = g_malloc0(64 * KiB);
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *top;
+    MirrorFixture f;
+    int64_t before;
+    int left = 3;
+
+    p.sync = MIRROR_SYNC_MODE_NONE;
+    p.granularity = 64 * KiB;
+    p.copy_mode = MIRROR_COPY_MODE_WRITE_BLOCKING;
+    p.auto_complete = false;
+    /* As mirror_fixture_init(), with a writable source. */
+    f.src = test_open("null:size=16M", NULL, BDRV_O_RDWR);
+    f.dst = test_open("null:size=16M", NULL, BDRV_O_RDWR);
+    f.job = mirror_job_new("job0", f.src, f.dst, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&f.ev, f.job);
+    top = mirror_top_new(f.src, &err);
+    g_assert_no_error(err);
+    mirror_job_set_top(f.job, top);
+    job_start(f.job);
+    while (!f.ev.ready_count) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    before = target_written(&f);
+    for (int i = 0; i < 3; i++) {
+        bdrv_aio_pwrite(top, (1 + 5 * i) * MiB, 64 * KiB, buf, 0,
+                        guest_done_cb, &left);
+    }
+    while (left) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    g_assert_cmpint(target_written(&f), ==, before + 3 * 64 * KiB);
+    target_reconnected(&f);
+    g_assert_true(job_complete(f.job, &err));
+    test_run_until(&f.ev.concluded, 60);
+    g_assert_cmpint(f.job->ret, ==, 0);
+    g_assert_cmpint(target_written(&f), ==, before + 6 * 64 * KiB);
+    bdrv_unref(top);
+    mirror_fixture_destroy(&f);
+}
+
 static void test_verbs(void)
 {
     MirrorParams p = mirror_fixture_params(4, MiB, 0);
@@ -523,6 +581,8 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/reconnect/recopy", test_reconnect_recopy);
     g_test_add_func("/mirror/reconnect/after-flush",
                     test_reconnect_after_flush);
+    g_test_add_func("/mirror/reconnect/write-blocking",
+                    test_reconnect_write_blocking);
     g_test_add_func("/mirror/job/bad-params", test_bad_params);
     return g_test_run();
 }
