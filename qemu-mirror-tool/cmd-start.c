@@ -608,7 +608,7 @@ int cmd_start(int argc, char **argv)
 out_state:
     if (state && !ran && !mirror_state_resumed(state)) {
         /* Bad input after all: no state file made by this run stays. */
-        mirror_state_remove(state);
+        mirror_state_remove(state, NULL);
     }
     job_runner_close_state(state);
 out:

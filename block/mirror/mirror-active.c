@@ -122,6 +122,8 @@ static void mirror_active_target_done(void *opaque, int ret)
         a->synced = false;
         a->owner->target_failed(a->opaque, ret, op->offset, op->bytes);
     } else {
+        /* Acknowledged, not yet flushed (mirror-track.h). */
+        mirror_extents_add(&a->track->unflushed, op->start, op->end);
         if (a->track->zero && op->kind == MIRROR_WRITE_DATA) {
             hbitmap_reset(a->track->zero, op->start, op->end - op->start);
         }

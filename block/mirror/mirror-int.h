@@ -71,6 +71,10 @@ typedef struct MirrorConfig {
     bool target_zero;           /* the target started out all zero */
 } MirrorConfig;
 
+/* The unflushed set (mirror-track.h) reaching this many extents makes
+ * the job flush the target (mirror.c). */
+#define MIRROR_UNFLUSHED_MAX    1024
+
 /* Flushing the target: mirror.c only. */
 typedef struct MirrorFlush {
     bool in_flight;

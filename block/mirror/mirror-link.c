@@ -22,17 +22,23 @@ static void mirror_link_event(void *opaque, BlockDriverState *bs,
         .elapsed_ns = ev->elapsed_ns,
     };
 
+    if (bs == l->dst && ev->type == BDRV_EVENT_RECONNECTED) {
+        l->reconnected(l->opaque);
+    }
     job_emit(l->job, &je);
 }
 
 void mirror_link_start(MirrorLink *l, Job *job, BlockDriverState *src,
-                       BlockDriverState *dst)
+                       BlockDriverState *dst,
+                       void (*reconnected)(void *opaque), void *opaque)
 {
     *l = (MirrorLink) {
         .job = job,
         .src = src,
         .dst = dst,
         .listening = true,
+        .reconnected = reconnected,
+        .opaque = opaque,
         .flushed_gen = bdrv_get_reconnects(dst),
     };
     l->flush_gen = l->flushed_gen;

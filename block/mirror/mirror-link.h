@@ -2,9 +2,10 @@
  * The mirror job's view of its nodes' links (block.h, "Node events"): a
  * source or target that lost its server and reconnects holds the job's
  * requests meanwhile; the job says so (MirrorStats.reconnecting,
- * JOB_EVENT_RECONNECTING), and flushes the target again after a
- * reconnect before it claims READY or completes (writes the old server
- * acknowledged may not have reached its disk).
+ * JOB_EVENT_RECONNECTING), is told when the target is back (writes the
+ * old server acknowledged but had not flushed may be lost: the job copies
+ * them again), and flushes the target again after a reconnect before it
+ * claims READY or completes.
  *
  * A leaf: it knows the two nodes and the job it emits events for.
  *
@@ -22,6 +23,8 @@ typedef struct MirrorLink {
     BlockDriverState *src;
     BlockDriverState *dst;
     bool listening;
+    void (*reconnected)(void *opaque);
+    void *opaque;
     uint64_t flush_gen;         /* dst reconnects when the flush in flight
                                  * began */
     uint64_t flushed_gen;       /* ... when the last successful one began */
@@ -29,11 +32,14 @@ typedef struct MirrorLink {
 
 /*
  * Listen to @src's and @dst's node events for @job: each start and end of
- * a reconnect becomes a JOB_EVENT_RECONNECTING.  The target counts as
- * flushed as it is now.
+ * a reconnect becomes a JOB_EVENT_RECONNECTING; when @dst reconnected,
+ * @reconnected(@opaque) runs first, from the node's event (block.h: it
+ * must not submit requests to the node).  The target counts as flushed
+ * as it is now.
  */
 void mirror_link_start(MirrorLink *l, Job *job, BlockDriverState *src,
-                       BlockDriverState *dst);
+                       BlockDriverState *dst,
+                       void (*reconnected)(void *opaque), void *opaque);
 
 /* Stop listening (idempotent; before the nodes go). */
 void mirror_link_stop(MirrorLink *l);

@@ -111,6 +111,8 @@ static void mirror_write_cb(void *opaque, int ret)
         mirror_op_failed(op, false, ret, op->piece_offset, op->piece_bytes);
         return;
     }
+    mirror_extents_add(&s->track.unflushed, op->piece_offset,
+                       op->piece_offset + op->piece_bytes);
     if (op->piece_method == MIRROR_METHOD_ZERO) {
         s->ops.zeroed += op->piece_bytes;
         if (s->track.zero && op->method == MIRROR_METHOD_ZERO) {

@@ -69,8 +69,7 @@ struct MirrorState {
     GQueue next_waiters;        /* MirrorStateWaiter: need a write that
                                  * begins after they came */
     GQueue waiters;             /* ... the write in flight */
-    bool removing;              /* the job completed: remove the file */
-    bool removed;
+    bool removed;               /* the job completed: the file is gone */
     void (*idle_cb)(void *opaque);
     void *idle_opaque;
 };
@@ -178,17 +177,6 @@ static void mirror_state_write_free(MirrorStateWrite *w)
     g_free(w);
 }
 
-static void mirror_state_remove_now(MirrorState *st)
-{
-    int ret = mirror_state_unlink(st);
-
-    if (ret < 0) {
-        g_debug("state file '%s': cannot remove it: %s", st->path,
-                g_strerror(-ret));
-    }
-    st->removed = true;
-}
-
 static void mirror_state_write_done(void *opaque, int ret)
 {
     MirrorState *st = opaque;
@@ -211,9 +199,7 @@ static void mirror_state_write_done(void *opaque, int ret)
     mirror_extents_clear(&st->writing);
     done = st->waiters;
     g_queue_init(&st->waiters);
-    if (st->removing) {
-        mirror_state_remove_now(st);
-    } else if (st->write_wanted || st->next_waiters.length) {
+    if (st->write_wanted || st->next_waiters.length) {
         mirror_state_write_start(st);
     }
     while ((w = g_queue_pop_head(&done))) {
@@ -248,7 +234,7 @@ static void mirror_state_write_start(MirrorState *st)
 /* The state changed: write it (after the write in flight). */
 static void mirror_state_want_write(MirrorState *st)
 {
-    if (st->removing || st->removed) {
+    if (st->removed) {
         return;
     }
     if (st->write) {
@@ -562,7 +548,7 @@ int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns)
 {
     int64_t at;
 
-    if (!st || st->removing) {
+    if (!st || st->removed) {
         return -1;
     }
     mirror_state_rotate(st, now_ns);
@@ -585,7 +571,7 @@ bool mirror_state_guest_write(MirrorState *st, int64_t offset,
     MirrorExtent h;
     MirrorStateWaiter *w;
 
-    if (!st || st->removing || st->removed) {
+    if (!st || st->removed) {
         return true;
     }
     mirror_state_granules(st, offset, bytes, &h.start, &h.end);
@@ -643,14 +629,24 @@ void mirror_state_set_hot_ns(MirrorState *st, int64_t ns)
     }
 }
 
-void mirror_state_remove(MirrorState *st)
+int mirror_state_remove(MirrorState *st, GError **errp)
 {
     MirrorStateWaiter *w;
+    int ret;
 
-    if (!st || st->removing || st->removed) {
-        return;
+    if (!st || st->removed) {
+        return 0;
     }
-    st->removing = true;
+    g_assert(!st->write);
+    ret = mirror_state_unlink(st);
+    if (ret < 0) {
+        /* The file stays, and so does the gate that keeps it true. */
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                    "cannot remove the state file '%s': %s", st->path,
+                    g_strerror(-ret));
+        return ret;
+    }
+    st->removed = true;
     /* The job completed: all of it is good (hot granules too). */
     mirror_extents_clear(&st->good);
     mirror_extents_add(&st->good, 0, st->id.size);
@@ -659,7 +655,5 @@ void mirror_state_remove(MirrorState *st)
         w->cb(w->opaque, 0);
         g_free(w);
     }
-    if (!st->write) {
-        mirror_state_remove_now(st);
-    }
+    return 0;
 }

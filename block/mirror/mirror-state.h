@@ -126,10 +126,14 @@ void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
  */
 void mirror_state_set_hot_ns(MirrorState *st, int64_t ns);
 
-/* The job completed: remove the file (once the write in flight, if any,
- * is done; the job waits for that, so that the file is gone before
- * guests reach the target).  Guest writes no longer wait; everything
- * counts as known good. */
-void mirror_state_remove(MirrorState *st);
+/*
+ * The job completed: remove the file, synchronously (the job calls it
+ * when mirror_state_busy() is false, before guests reach the target).
+ * Then guest writes no longer wait and everything counts as known good;
+ * 0.  When it cannot be removed: -errno with @errp set ("cannot remove
+ * the state file 'PATH': REASON"), and nothing changes (the file and the
+ * gate stay): the job must not switch over.
+ */
+int mirror_state_remove(MirrorState *st, GError **errp);
 
 #endif /* BLOCK_MIRROR_STATE_H */

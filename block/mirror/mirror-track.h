@@ -11,6 +11,7 @@
 #define BLOCK_MIRROR_TRACK_H
 
 #include "block/mirror/dirty-bitmap.h"
+#include "block/mirror/mirror-extents.h"
 #include "block/mirror/mirror-state.h"
 #include "util/hbitmap.h"
 
@@ -23,6 +24,18 @@ typedef struct MirrorTrack {
                                  * NULL when the target was not zero */
     MirrorState *state;         /* --state-file: told what becomes clean
                                  * (mirror-state.h), or NULL */
+    /*
+     * Target ranges whose write completed but that no successful flush
+     * covers yet: a server that dies may lose them although it
+     * acknowledged them, so a reconnect of the target makes them dirty
+     * again (mirror.c).  Whoever writes the target adds what it wrote
+     * once the write completed (mirror-op.c, mirror-active.c); mirror.c
+     * moves them to @flushing when a flush begins and drops them when
+     * it succeeded without a reconnect in between.
+     */
+    MirrorExtents unflushed;
+    MirrorExtents flushing;     /* completed before the flush in flight
+                                 * began */
 } MirrorTrack;
 
 #endif /* BLOCK_MIRROR_TRACK_H */

@@ -189,15 +189,85 @@ static void mirror_finish(MirrorJob *s, int ret)
     job_completed(&s->common, ret, NULL);
 }
 
+/*
+ * A flush of the target (either kind) begins: it covers the writes that
+ * completed so far.  One flush is in flight at a time.
+ */
+static void mirror_target_flush_begin(MirrorJob *s)
+{
+    MirrorTrack *t = &s->track;
+
+    mirror_link_flush_begin(&s->link);
+    mirror_state_flush_begin(t->state);
+    if (mirror_extents_count(&t->flushing)) {
+        mirror_extents_union(&t->flushing, &t->unflushed);
+        mirror_extents_clear(&t->unflushed);
+    } else {
+        mirror_extents_swap(&t->flushing, &t->unflushed);
+    }
+}
+
+/*
+ * It ended with @ret.  True when it succeeded but the target reconnected
+ * meanwhile: then it made nothing durable (what it covered was dirtied
+ * again by the reconnect, mirror_target_reconnected()), nothing becomes
+ * known good, and another flush is needed.
+ */
+static bool mirror_target_flush_end(MirrorJob *s, int ret)
+{
+    MirrorTrack *t = &s->track;
+    bool relinked = ret >= 0 && !mirror_link_flush_done(&s->link);
+
+    if (ret >= 0 && !relinked) {
+        mirror_extents_clear(&t->flushing);
+    } else {
+        mirror_extents_union(&t->unflushed, &t->flushing);
+        mirror_extents_clear(&t->flushing);
+    }
+    mirror_state_flush_end(t->state, relinked ? -ECONNRESET : ret);
+    return relinked;
+}
+
+/*
+ * The target reconnected (its node event): what it acknowledged and no
+ * flush covers may be gone with the old server's cache.  Copy it again.
+ */
+static void mirror_target_reconnected(void *opaque)
+{
+    MirrorJob *s = opaque;
+    MirrorExtents *sets[] = { &s->track.unflushed, &s->track.flushing };
+    int64_t bytes = 0;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(sets); i++) {
+        for (guint j = 0; j < mirror_extents_count(sets[i]); j++) {
+            const MirrorExtent *x = mirror_extents_get(sets[i], j);
+
+            /* Through the notifier, no longer known good either. */
+            dirty_bitmap_set(s->track.dirty, x->start, x->end - x->start);
+            if (s->track.zero) {
+                /* A lost zero write: the target is not zero there. */
+                hbitmap_reset(s->track.zero, x->start, x->end - x->start);
+            }
+        }
+        bytes += sets[i]->bytes;
+        mirror_extents_clear(sets[i]);
+    }
+    if (bytes) {
+        g_debug("mirror: the target reconnected: %" PRId64 " bytes written "
+                "since its last flush are copied again", bytes);
+        mirror_active_set_synced(&s->active, false);
+        mirror_kick(s);
+    }
+}
+
 static void mirror_flush_done(void *opaque, int ret)
 {
     MirrorJob *s = opaque;
-
-    bool relinked = ret >= 0 && !mirror_link_flush_done(&s->link);
+    bool relinked;
 
     s->flush.in_flight = false;
     /* A flush that spanned a reconnect makes nothing known good. */
-    mirror_state_flush_end(s->track.state, relinked ? -ECONNRESET : ret);
+    relinked = mirror_target_flush_end(s, ret);
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
     } else if (relinked) {
@@ -221,8 +291,7 @@ static void mirror_flush_target(MirrorJob *s)
     s->flush.in_flight = true;
     s->flush.mark = s->flush.writes_since;
     s->flush.is_final = s->should_complete || s->common.cancelled;
-    mirror_link_flush_begin(&s->link);
-    mirror_state_flush_begin(s->track.state);
+    mirror_target_flush_begin(s);
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
 }
 
@@ -233,7 +302,8 @@ static void mirror_state_flush_done(void *opaque, int ret)
     MirrorJob *s = opaque;
 
     s->flush.state_in_flight = false;
-    mirror_state_flush_end(s->track.state, ret);
+    /* One that spanned a reconnect makes nothing known good either. */
+    mirror_target_flush_end(s, ret);
     /* writes_since stays: writes in flight when it began are not covered
      * (READY and completion flush again). */
     if (ret < 0) {
@@ -250,23 +320,32 @@ static gboolean mirror_state_timer_cb(gpointer opaque)
 }
 
 /*
- * With a state file, flush the target when mirror_state_flush_due() says
- * (every MIRROR_STATE_FLUSH_BYTES made clean, or MIRROR_STATE_FLUSH_NS
- * after the first of them).  Operations go on meanwhile: what completes
- * during the flush waits for the next one.  None once the job is being
- * cancelled, failing or pausing: a stalled target must not hold those
- * up.
+ * Background flushes of the target: with a state file when
+ * mirror_state_flush_due() says (every MIRROR_STATE_FLUSH_BYTES made
+ * clean, or MIRROR_STATE_FLUSH_NS after the first of them), and whenever
+ * the unflushed set (mirror-track.h) reaches MIRROR_UNFLUSHED_MAX
+ * extents, which keeps it small (guests writing all over the disk while
+ * the job waits for complete).  Operations go on meanwhile: what
+ * completes during the flush waits for the next one.  None once the job
+ * is being cancelled, failing or pausing: a stalled target must not hold
+ * those up.
  */
 static void mirror_state_flush(MirrorJob *s)
 {
     int64_t due;
 
-    if (!s->track.state || s->finished || s->flush.in_flight ||
+    if (s->finished || s->flush.in_flight ||
         s->flush.state_in_flight || s->err.ret < 0 ||
         job_is_cancelled(&s->common) || job_should_pause(&s->common)) {
         return;
     }
-    due = mirror_state_flush_due(s->track.state, clock_ns());
+    if (mirror_extents_count(&s->track.unflushed) >= MIRROR_UNFLUSHED_MAX) {
+        due = 0;
+    } else if (s->track.state) {
+        due = mirror_state_flush_due(s->track.state, clock_ns());
+    } else {
+        return;
+    }
     if (due > 0 && !s->state_timer) {
         s->state_timer = bdrv_timer_new(due, mirror_state_timer_cb, s);
     } else if (due == 0) {
@@ -276,7 +355,7 @@ static void mirror_state_flush(MirrorJob *s)
             s->state_timer = NULL;
         }
         s->flush.state_in_flight = true;
-        mirror_state_flush_begin(s->track.state);
+        mirror_target_flush_begin(s);
         bdrv_aio_flush(s->dst, mirror_state_flush_done, s);
     }
 }
@@ -410,10 +489,21 @@ static void mirror_check_state(MirrorJob *s)
              * source over their writes.  A state write in flight would
              * put it back: wait for it (its end pumps).
              */
+            g_autoptr(GError) err = NULL;
+            int ret;
+
             if (mirror_state_busy(s->track.state)) {
                 return;
             }
-            mirror_state_remove(s->track.state);
+            ret = mirror_state_remove(s->track.state, &err);
+            if (ret < 0) {
+                /* A rerun would copy the stale source over what guests
+                 * write to the target: no switch-over, the job fails. */
+                s->err.ret = ret;
+                s->err.detail = g_strdup(err->message);
+                mirror_finish(s, ret);
+                return;
+            }
         }
         if (s->top && s->should_complete) {
             mirror_top_set_child(s->top, s->dst);    /* the switch-over */
@@ -603,6 +693,8 @@ static void mirror_start(Job *job)
 
     s->track.dirty = dirty_bitmap_new(len, s->cfg.granularity);
     s->track.in_flight = hbitmap_new(len, gbits);
+    mirror_extents_init(&s->track.unflushed);
+    mirror_extents_init(&s->track.flushing);
     /* What a crashed run wrote but did not flush is not zero any more. */
     if (s->cfg.target_zero && !mirror_state_resumed(s->track.state)) {
         s->track.zero = hbitmap_new(len, gbits);
@@ -626,7 +718,8 @@ static void mirror_start(Job *job)
     dirty_bitmap_track_rate(s->track.dirty, true);
     bdrv_add_write_notifier(s->src, mirror_source_written, s);
     s->notifier_added = true;
-    mirror_link_start(&s->link, job, s->src, s->dst);
+    mirror_link_start(&s->link, job, s->src, s->dst,
+                      mirror_target_reconnected, s);
     mirror_ops_start(s);
     mirror_converge_start(&s->converge);
     bdrv_set_max_io(s->src, s->cfg.chunk_size);
@@ -695,6 +788,8 @@ static void mirror_free(Job *job)
     dirty_bitmap_free(s->track.dirty);
     hbitmap_free(s->track.in_flight);
     hbitmap_free(s->track.zero);
+    mirror_extents_destroy(&s->track.unflushed);
+    mirror_extents_destroy(&s->track.flushing);
     mirror_status_free(&s->status);
     mirror_window_free(&s->win);
     g_free(s->err.detail);

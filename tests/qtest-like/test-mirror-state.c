@@ -9,6 +9,7 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include "block/block-int.h"
 #include "block/mirror/mirror.h"
 #include "block/mirror/mirror-state.h"
 #include "block/mirror/mirror-top.h"
@@ -385,8 +386,8 @@ static void test_gate_group_commit(void)
     g_assert_cmpint(a.calls + b.calls + c.calls, ==, 3);
 
     /* Completion removes the file; later writes never wait. */
-    mirror_state_remove(st);
     wait_idle(st);
+    g_assert_cmpint(mirror_state_remove(st, NULL), ==, 0);
     g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
     g_assert_true(mirror_state_guest_write(st, 8 * G, 1, gate_cb, &a));
     mirror_state_free(st);
@@ -554,6 +555,82 @@ static void test_job_fail_then_resume(void)
     test_scratch_free(dir);
 }
 
+/* The target reconnects while the first state-file flush is in flight. */
+typedef struct SpanCtx {
+    MirrorFixture *f;
+    MirrorState *st;
+    int phase;                  /* 0: wait for a flush, 1: for its end */
+    guint flush;                /* its record */
+    int64_t acked;              /* target writes completed at the event */
+} SpanCtx;
+
+static gboolean span_poll_cb(gpointer opaque)
+{
+    SpanCtx *c = opaque;
+    GArray *recs = null_get_records(c->f->dst);
+
+    if (c->phase == 0) {
+        for (guint i = 0; i < recs->len; i++) {
+            NullRecord *r = &g_array_index(recs, NullRecord, i);
+
+            if (r->op == NULL_OP_FLUSH && !r->end_ns) {
+                BdrvEvent ev = { .type = BDRV_EVENT_RECONNECTED };
+
+                for (guint j = 0; j < recs->len; j++) {
+                    NullRecord *w = &g_array_index(recs, NullRecord, j);
+
+                    if ((w->op == NULL_OP_WRITE || w->op == NULL_OP_ZERO) &&
+                        w->end_ns) {
+                        c->acked += w->bytes;
+                    }
+                }
+                g_assert_cmpint(mirror_state_good_bytes(c->st), ==, 0);
+                bdrv_notify_event(c->f->dst, &ev);
+                c->flush = i;
+                c->phase = 1;
+                break;
+            }
+        }
+        return G_SOURCE_CONTINUE;
+    }
+    if (!g_array_index(recs, NullRecord, c->flush).end_ns) {
+        return G_SOURCE_CONTINUE;
+    }
+    /* It succeeded, but across a reconnect: nothing became good. */
+    g_assert_cmpint(mirror_state_good_bytes(c->st), ==, 0);
+    c->phase = 2;
+    return G_SOURCE_REMOVE;
+}
+
+static void test_job_reconnect_during_flush(void)
+{
+    char *dir = test_scratch_new();
+    g_autofree char *path = g_build_filename(dir, "st", NULL);
+    MirrorParams p = mirror_fixture_params(16, MiB, 0);
+    SpanCtx c = { 0 };
+    MirrorFixture f;
+
+    p.granularity = G;
+    mirror_fixture_init(&f, "null:size=512M",
+                        "null:size=512M,record=on,latency-ns=20000000", &p);
+    c.f = &f;
+    c.st = job_state(path, &f);
+    g_timeout_add(1, span_poll_cb, &c);
+    mirror_fixture_run(&f);
+    g_assert_cmpint(f.job->ret, ==, 0);
+    g_assert_cmpint(c.phase, ==, 2);
+    g_assert_cmpint(c.acked, >=, MIRROR_STATE_FLUSH_BYTES);
+    /* What the target acknowledged before the event, once more. */
+    g_assert_cmpint(mirror_fixture_op_bytes(f.dst, NULL_OP_WRITE) +
+                    mirror_fixture_op_bytes(f.dst, NULL_OP_ZERO), ==,
+                    JOB_SIZE + c.acked);
+    wait_idle(c.st);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    mirror_fixture_destroy(&f);
+    mirror_state_free(c.st);
+    test_scratch_free(dir);
+}
+
 /* A guest write through the filter, acknowledged: what the file says. */
 typedef struct GuestWrite {
     const char *path;
@@ -656,6 +733,8 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/flush/hot", test_flush_hot);
     g_test_add_func("/mirror-state/job/fail-then-resume",
                     test_job_fail_then_resume);
+    g_test_add_func("/mirror-state/job/reconnect-during-flush",
+                    test_job_reconnect_during_flush);
     g_test_add_data_func("/mirror-state/job/guest-write/background",
                          GINT_TO_POINTER(MIRROR_COPY_MODE_BACKGROUND),
                          test_job_guest_write);

@@ -6,7 +6,9 @@
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
+#include "block/block-int.h"
 #include "block/mirror/mirror.h"
+#include "block/mirror/mirror-top.h"
 #include "block/null.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "tests/qtest-like/test-util.h"
@@ -306,6 +308,176 @@ static void test_pause_resume(void)
     mirror_fixture_destroy(&f);
 }
 
+/* ---- a target that reconnected: what it acknowledged is copied again */
+
+typedef struct RecopyCtx {
+    MirrorFixture *f;
+    int64_t pause_at;           /* pause once the target wrote this much */
+    bool paused;
+} RecopyCtx;
+
+/* Bytes the target received (data and zeroes). */
+static int64_t target_written(MirrorFixture *f)
+{
+    NullStats st;
+
+    null_get_stats(f->dst, &st);
+    return st.bytes[NULL_OP_WRITE] + st.bytes[NULL_OP_ZERO];
+}
+
+static void recopy_listener(Job *job, const JobEvent *e, void *opaque)
+{
+    RecopyCtx *rc = opaque;
+
+    if (e->type == JOB_EVENT_STATUS_CHANGE &&
+        e->status == JOB_STATUS_PAUSED) {
+        rc->paused = true;
+    }
+}
+
+static gboolean recopy_poll_cb(gpointer opaque)
+{
+    RecopyCtx *rc = opaque;
+    g_autoptr(GError) err = NULL;
+
+    if (target_written(rc->f) < rc->pause_at) {
+        return G_SOURCE_CONTINUE;
+    }
+    g_assert_true(job_user_pause(rc->f->job, &err));
+    return G_SOURCE_REMOVE;
+}
+
+/* The target's node says it reconnected (as block/nbd-reconnect.c). */
+static void target_reconnected(MirrorFixture *f)
+{
+    BdrvEvent ev = { .type = BDRV_EVENT_RECONNECTED };
+
+    bdrv_notify_event(f->dst, &ev);
+}
+
+/*
+ * Before any flush: every byte the target acknowledged is written again
+ * after the reconnect, exactly once more, and nothing else is.
+ */
+static void test_reconnect_recopy(void)
+{
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
+    g_autoptr(GError) err = NULL;
+    RecopyCtx rc = { 0 };
+    MirrorFixture f;
+    int64_t acked;
+    NullStats st;
+
+    mirror_fixture_init(&f, "null:size=64M,latency-ns=200000",
+                        "null:size=64M", &p);
+    rc.f = &f;
+    rc.pause_at = 8 * MiB;
+    job_add_listener(f.job, recopy_listener, &rc);
+    job_start(f.job);
+    g_timeout_add(1, recopy_poll_cb, &rc);
+    test_run_until(&rc.paused, 60);
+    /* Paused: nothing in flight, no flush yet; all of it unflushed. */
+    acked = target_written(&f);
+    null_get_stats(f.dst, &st);
+    g_assert_cmpuint(st.requests[NULL_OP_FLUSH], ==, 0);
+    g_assert_cmpint(acked, >=, 8 * MiB);
+    g_assert_cmpint(acked, <, 64 * MiB);
+    target_reconnected(&f);
+    g_assert_true(job_user_resume(f.job, &err));
+    test_run_until(&f.ev.concluded, 60);
+    g_assert_cmpint(f.job->ret, ==, 0);
+    g_assert_cmpint(target_written(&f), ==, 64 * MiB + acked);
+    mirror_fixture_destroy(&f);
+}
+
+/*
+ * After a flush that completed without a reconnect: nothing is copied
+ * again, but the target is flushed again before completion.
+ */
+static void test_reconnect_after_flush(void)
+{
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
+    g_autoptr(GError) err = NULL;
+    MirrorFixture f;
+    NullStats st;
+    uint64_t flushes;
+
+    p.auto_complete = false;
+    mirror_fixture_init(&f, "null:size=16M", "null:size=16M", &p);
+    job_start(f.job);
+    while (!f.ev.ready_count) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    null_get_stats(f.dst, &st);
+    flushes = st.requests[NULL_OP_FLUSH];
+    g_assert_cmpuint(flushes, ==, 1);
+    target_reconnected(&f);
+    g_assert_true(job_complete(f.job, &err));
+    test_run_until(&f.ev.concluded, 60);
+    g_assert_cmpint(f.job->ret, ==, 0);
+    g_assert_cmpint(target_written(&f), ==, 16 * MiB);
+    null_get_stats(f.dst, &st);
+    g_assert_cmpuint(st.requests[NULL_OP_FLUSH], >, flushes);
+    mirror_fixture_destroy(&f);
+}
+
+static void guest_done_cb(void *opaque, int ret)
+{
+    int *left = opaque;
+
+    g_assert_cmpint(ret, ==, 0);
+    (*left)--;
+}
+
+/*
+ * Write-blocking: guest writes mirrored to the target after READY are
+ * copied again when the target reconnects before the next flush.
+ */
+static void test_reconnect_write_blocking(void)
+{
+    MirrorParams p = mirror_fixture_params(4, MiB, 0);
+    g_autofree uint8_t *buf = g_malloc0(64 * KiB);
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *top;
+    MirrorFixture f;
+    int64_t before;
+    int left = 3;
+
+    p.sync = MIRROR_SYNC_MODE_NONE;
+    p.granularity = 64 * KiB;
+    p.copy_mode = MIRROR_COPY_MODE_WRITE_BLOCKING;
+    p.auto_complete = false;
+    /* As mirror_fixture_init(), with a writable source. */
+    f.src = test_open("null:size=16M", NULL, BDRV_O_RDWR);
+    f.dst = test_open("null:size=16M", NULL, BDRV_O_RDWR);
+    f.job = mirror_job_new("job0", f.src, f.dst, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&f.ev, f.job);
+    top = mirror_top_new(f.src, &err);
+    g_assert_no_error(err);
+    mirror_job_set_top(f.job, top);
+    job_start(f.job);
+    while (!f.ev.ready_count) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    before = target_written(&f);
+    for (int i = 0; i < 3; i++) {
+        bdrv_aio_pwrite(top, (1 + 5 * i) * MiB, 64 * KiB, buf, 0,
+                        guest_done_cb, &left);
+    }
+    while (left) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    g_assert_cmpint(target_written(&f), ==, before + 3 * 64 * KiB);
+    target_reconnected(&f);
+    g_assert_true(job_complete(f.job, &err));
+    test_run_until(&f.ev.concluded, 60);
+    g_assert_cmpint(f.job->ret, ==, 0);
+    g_assert_cmpint(target_written(&f), ==, before + 6 * 64 * KiB);
+    bdrv_unref(top);
+    mirror_fixture_destroy(&f);
+}
+
 static void test_verbs(void)
 {
     MirrorParams p = mirror_fixture_params(4, MiB, 0);
@@ -406,6 +578,11 @@ int main(int argc, char **argv)
                     test_cancel_before_ready);
     g_test_add_func("/mirror/job/pause-resume", test_pause_resume);
     g_test_add_func("/mirror/job/verbs", test_verbs);
+    g_test_add_func("/mirror/reconnect/recopy", test_reconnect_recopy);
+    g_test_add_func("/mirror/reconnect/after-flush",
+                    test_reconnect_after_flush);
+    g_test_add_func("/mirror/reconnect/write-blocking",
+                    test_reconnect_write_blocking);
     g_test_add_func("/mirror/job/bad-params", test_bad_params);
     return g_test_run();
 }
