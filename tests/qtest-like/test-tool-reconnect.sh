@@ -68,6 +68,19 @@ reported()
     grep -Eq "mirror-tool: $2 '[^']*$3" "$1"
 }
 
+# wait_reported FILE ROLE LINE: wait (30 s at most) until reported; a
+# timeout shows the end of FILE.
+wait_reported()
+{
+    local i
+    for (( i = 0; i < 600; i++ )); do
+        reported "$@" && return 0
+        sleep 0.05
+    done
+    fail "no line /$2 '...$3/ after 30 s in $1:" \
+        "$(tr '\r' '\n' <"$1" | grep -v '%' | tail -5)"
+}
+
 mtime_changed()
 {
     [ "$(stat -c %y "$1")" != "$2" ]
@@ -242,12 +255,12 @@ fio_start c1 randwrite
 job_go
 wait_for 30 "c1: 4 MiB copied" copied_at_least $((4 * MiB))
 stop_server c1t
-wait_for 30 "c1: the break reported" reported c1.err target "$LOST 30 s"
+wait_reported c1.err target "$LOST 30 s"
 mid_bulk
 must_have "while the server is away" reconnecting=true \
     io-status='"reconnecting"'
 serve c1t c1-t.raw
-wait_for 30 "c1: the reconnection reported" reported c1.err target "$BACK"
+wait_reported c1.err target "$BACK"
 must_have "after the reconnection" reconnecting=false io-status='"ok"'
 qmp block-job-set-speed '{"device": "mirror", "speed": 0}'
 wait_for 60 "c1: READY" job_has ready=true
@@ -294,9 +307,9 @@ fio_start c3 randwrite
 job_go
 wait_for 60 "c3: READY" job_has ready=true
 stop_server c3t
-wait_for 30 "c3: the break reported" reported c3.err target "$LOST 30 s"
+wait_reported c3.err target "$LOST 30 s"
 start_nbdkit_tcp c3t 127.0.0.1 "$port" file "$scratch/c3-t.raw"
-wait_for 30 "c3: the reconnection reported" reported c3.err target "$BACK"
+wait_reported c3.err target "$BACK"
 # The guest's writes, held while the target was away, go on.
 before=$(stat -c %y c3.raw)
 wait_for 20 "c3: the guest to write again" mtime_changed c3.raw "$before"
@@ -354,7 +367,7 @@ else
     wait_for 30 "c4: 4 MiB copied" progress_at_least c4.err 12
     # The outage lasts until the break is reported.
     ip -n "$NS_A" link set "rca$$" down || fail "c4: link down"
-    wait_for 30 "c4: the break reported" reported c4.err target "$LOST 30 s"
+    wait_reported c4.err target "$LOST 30 s"
     progress_at_least c4.err 100 && fail "c4: the bulk stage was over"
     ip -n "$NS_A" link set "rca$$" up || fail "c4: link up"
     tool_wait c4 0
@@ -371,7 +384,7 @@ serve c5t c5-t.raw
 tool_bg c5 "$T" start -p --speed 8M --reconnect-delay 30 c5.raw "$tgt"
 wait_for 30 "c5: 4 MiB copied" progress_at_least c5.err 12
 stop_server c5t
-wait_for 30 "c5: the break reported" reported c5.err target "$LOST 30 s"
+wait_reported c5.err target "$LOST 30 s"
 truncate -s 48M c5-big.raw
 serve c5t c5-big.raw
 tool_wait c5 1
@@ -420,7 +433,7 @@ rm -f c7-out.raw
 tool_bg c7 "$T" convert -p -r 8M --reconnect-delay 30 "$s7" c7-out.raw
 wait_for 30 "c7: 4 MiB copied" progress_at_least c7.err 12
 stop_server c7s
-wait_for 30 "c7: the break reported" reported c7.err source "$LOST 30 s"
+wait_reported c7.err source "$LOST 30 s"
 progress_at_least c7.err 100 && fail "c7: the copy was over"
 start_nbdkit c7s file "$scratch/c7.raw"
 tool_wait c7 0
