@@ -317,6 +317,9 @@ struct BlockDriverState {
     GQueue waiting;          /* BdrvRequest waiting on an overlap */
     void *zero_buffer;       /* aligned zeroes for the write fallback */
     GArray *write_notifiers; /* BdrvWriteNotifier, or NULL */
+    GArray *event_listeners; /* BdrvEventListener, or NULL (block.c) */
+    bool reconnecting;       /* bdrv_is_reconnecting() */
+    uint64_t reconnects;     /* bdrv_get_reconnects() */
     int64_t zero_buffer_size;
 };
 
@@ -392,6 +395,14 @@ static inline void *bdrv_req_priv(BdrvRequest *req)
  * @req may already be reused for the next call or freed.
  */
 void bdrv_req_complete(BdrvRequest *req, int ret);
+
+/*
+ * A driver tells the listeners of @bs about @ev (block.h, "Node events"),
+ * on the main loop; block.c keeps bdrv_is_reconnecting() and
+ * bdrv_get_reconnects() from the events.  RECONNECTING opens a reconnect,
+ * which ends with exactly one RECONNECTED or RECONNECT_FAILED.
+ */
+void bdrv_notify_event(BlockDriverState *bs, const BdrvEvent *ev);
 
 /* bdrv_req_complete() as a BlockCompletionFunc (@opaque: the request),
  * for filters that pass a request on to their child. */

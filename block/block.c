@@ -410,9 +410,13 @@ void bdrv_unref(BlockDriverState *bs)
     }
     g_assert(bs->in_flight == 0);
     g_assert(!bs->write_notifiers || bs->write_notifiers->len == 0);
+    g_assert(!bs->event_listeners || bs->event_listeners->len == 0);
     bs->drv->close(bs);
     if (bs->write_notifiers) {
         g_array_unref(bs->write_notifiers);
+    }
+    if (bs->event_listeners) {
+        g_array_unref(bs->event_listeners);
     }
     qemu_vfree(bs->zero_buffer);
     g_free(bs->opaque);
@@ -976,4 +980,63 @@ bool bdrv_parse_spec_options(const char *str, GHashTable *options,
         return false;
     }
     return true;
+}
+
+/* ---- node events ---- */
+
+typedef struct BdrvEventListener {
+    BdrvEventFunc *fn;
+    void *opaque;
+} BdrvEventListener;
+
+void bdrv_add_event_listener(BlockDriverState *bs, BdrvEventFunc *fn,
+                             void *opaque)
+{
+    BdrvEventListener l = { .fn = fn, .opaque = opaque };
+
+    if (!bs->event_listeners) {
+        bs->event_listeners = g_array_new(FALSE, FALSE,
+                                          sizeof(BdrvEventListener));
+    }
+    g_array_append_val(bs->event_listeners, l);
+}
+
+void bdrv_remove_event_listener(BlockDriverState *bs, BdrvEventFunc *fn,
+                                void *opaque)
+{
+    GArray *a = bs->event_listeners;
+
+    for (guint i = 0; a && i < a->len; i++) {
+        BdrvEventListener *l = &g_array_index(a, BdrvEventListener, i);
+
+        if (l->fn == fn && l->opaque == opaque) {
+            g_array_remove_index(a, i);
+            return;
+        }
+    }
+}
+
+void bdrv_notify_event(BlockDriverState *bs, const BdrvEvent *ev)
+{
+    GArray *a = bs->event_listeners;
+
+    bs->reconnecting = ev->type == BDRV_EVENT_RECONNECTING;
+    if (ev->type == BDRV_EVENT_RECONNECTED) {
+        bs->reconnects++;
+    }
+    for (guint i = 0; a && i < a->len; i++) {
+        BdrvEventListener *l = &g_array_index(a, BdrvEventListener, i);
+
+        l->fn(l->opaque, bs, ev);
+    }
+}
+
+bool bdrv_is_reconnecting(BlockDriverState *bs)
+{
+    return bs->reconnecting;
+}
+
+uint64_t bdrv_get_reconnects(BlockDriverState *bs)
+{
+    return bs->reconnects;
 }

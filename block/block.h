@@ -530,6 +530,54 @@ void bdrv_add_write_notifier(BlockDriverState *bs, BdrvWriteNotifyFunc *fn,
 void bdrv_remove_write_notifier(BlockDriverState *bs,
                                 BdrvWriteNotifyFunc *fn, void *opaque);
 
+/*
+ * Node events: what a driver tells the layers above about its link to its
+ * storage, for visibility (the NBD driver's reconnect, block/nbd.h).
+ * Requests need no listener: while a node is RECONNECTING they are held
+ * (neither failed nor completed), after RECONNECTED they go on, and after
+ * RECONNECT_FAILED the held ones and every later one fail with @error.
+ */
+typedef enum BdrvEventType {
+    BDRV_EVENT_RECONNECTING,     /* the link broke; requests are held */
+    BDRV_EVENT_RECONNECTED,      /* back, the same storage; they go on */
+    BDRV_EVENT_RECONNECT_FAILED, /* gave up: the node has failed */
+} BdrvEventType;
+
+typedef struct BdrvEvent {
+    BdrvEventType type;
+    int error;              /* RECONNECTING: what broke the link (errno);
+                             * FAILED: what requests fail with */
+    const char *reason;     /* one line for people: RECONNECTING, what
+                             * broke; FAILED, why it gave up */
+    int delay_s;            /* RECONNECTING: gives up after this long */
+    int64_t elapsed_ns;     /* RECONNECTED, FAILED: since the link broke */
+} BdrvEvent;
+
+/*
+ * A listener gets every event of the node, synchronously, on the main
+ * loop, from inside the driver: it must not submit requests to the node,
+ * close it, or add or remove listeners from the call.
+ */
+typedef void BdrvEventFunc(void *opaque, BlockDriverState *bs,
+                           const BdrvEvent *ev);
+
+void bdrv_add_event_listener(BlockDriverState *bs, BdrvEventFunc *fn,
+                             void *opaque);
+void bdrv_remove_event_listener(BlockDriverState *bs, BdrvEventFunc *fn,
+                                void *opaque);
+
+/* Is @bs between BDRV_EVENT_RECONNECTING and its outcome? */
+bool bdrv_is_reconnecting(BlockDriverState *bs);
+
+/*
+ * How many times @bs reconnected (BDRV_EVENT_RECONNECTED) since it was
+ * opened: a generation.  A writer that flushed and sees it unchanged
+ * since the flush began knows the flush reached the storage that holds
+ * its writes now; a changed one means writes acknowledged before the
+ * link broke may need another flush.
+ */
+uint64_t bdrv_get_reconnects(BlockDriverState *bs);
+
 /* Requests submitted through io.c on @bs and not yet completed. */
 uint64_t bdrv_get_in_flight(BlockDriverState *bs);
 

@@ -9,6 +9,7 @@
  *   nbd-spread.c  at open: how many connections, how deep a window;
  *                 then which connection a request goes to
  *   nbd-io.c      requests: queueing, completions
+ *   nbd-reconnect.c  a broken connection made again, on the main loop
  *   nbd.c         the driver table: open, close, limits, info
  *
  * Threading: everything runs on the main loop thread but, on a node whose
@@ -91,12 +92,16 @@ struct NbdBlkConn {
     GSource *source;
     unsigned in_flight;         /* counted requests issued here */
     bool dead;                  /* libnbd handle dead or closed */
-    int fail_errno;             /* why we shut it down (ETIMEDOUT), or 0 */
+    int fail_errno;             /* why we shut it down (ETIMEDOUT,
+                                 * ESHUTDOWN), or 0 */
     int64_t quiet_since_ns;     /* last reply, or the first request after
                                  * none were in flight (io-timeout);
                                  * atomic: nbdblk_conn_quiet_since() */
     uint64_t replies;           /* requests answered here (introspection;
                                  * atomic) */
+    char *lost_why;             /* libnbd's word on how it died, or NULL */
+    bool rc_tried;              /* retired: a background reconnect was
+                                 * tried (once per retirement) */
 
     /* The sender thread (nbd-sender.c), once a latency-bound node is
      * open; NULL: the main loop sends. */
@@ -119,7 +124,36 @@ static inline void nbdblk_conn_set_quiet(NbdBlkConn *c, int64_t ns)
     __atomic_store_n(&c->quiet_since_ns, ns, __ATOMIC_RELAXED);
 }
 
+/* Where a reconnect is (nbd-reconnect.c). */
+typedef enum NbdBlkRcPhase {
+    NBDBLK_RC_IDLE,             /* none */
+    NBDBLK_RC_WAIT,             /* backing off until next_try_ns */
+    NBDBLK_RC_CONNECT,          /* conn.h connecting, until try_end_ns */
+    NBDBLK_RC_FLUSH,            /* the first flush on the new handle */
+    NBDBLK_RC_JOIN,             /* ready: joins once s->done is settled */
+} NbdBlkRcPhase;
+
+typedef struct NbdBlkReconnect {
+    NbdBlkRcPhase phase;
+    bool all_down;              /* every connection is down and the node's
+                                 * requests are held; false: a background
+                                 * one, for one retired connection */
+    int slot;                   /* the conns[] entry it replaces */
+    int err;                    /* what broke the link (errno) */
+    char *why;                  /* ... in words */
+    int64_t since_ns;           /* when */
+    int64_t deadline_ns;        /* gives up then */
+    int64_t next_try_ns;        /* WAIT */
+    int64_t try_end_ns;         /* CONNECT: connect-timeout */
+    int64_t backoff_ns;         /* the wait after the next failure */
+    int flush_state;            /* FLUSH: 0 pending, 1 done, -errno */
+    char *last_error;           /* the last attempt's failure */
+    NbdBlkConn conn;            /* the handle being made */
+    GSource *source;            /* drives it (nbd-reconnect.c) */
+} NbdBlkReconnect;
+
 struct NbdBlkState {
+    BlockDriverState *bs;       /* node events */
     NbdBlkUri *uri;
     char *display;              /* the spec for messages (redacted) */
     NbdBlkConn conns[NBDBLK_MAX_CONNECTIONS];
@@ -157,6 +191,10 @@ struct NbdBlkState {
     int64_t nr_retried;         /* requests issued again after that */
     int connect_timeout;        /* seconds, 0: none ("connect-timeout") */
     int io_timeout;             /* seconds, 0: none ("io-timeout") */
+    int reconnect_delay;        /* seconds, 0: none ("reconnect-delay") */
+    NbdBlkReconnect rc;
+    uint64_t nr_reconnects;     /* connections made again */
+    char *fail_reason;          /* why the node failed for good, or NULL */
 };
 
 /* The connect timeout in ns, 0 for none. */
@@ -261,12 +299,41 @@ void nbdblk_sender_kick(NbdBlkConn *c);
 void nbdblk_spread_open(NbdBlkState *s, bool asked);
 
 /* The live connection with the fewest counted requests (ties rotate), or
- * NULL. */
+ * NULL; not one being shut down (fail_errno), whose death is not seen
+ * yet. */
 NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s);
 
 /* @req's reply arrived (req->ret set): count it on its connection.
  * Called with the handle lock held: no nbd_* calls. */
 void nbdblk_spread_done(NbdBlkReq *req);
+
+/* ---- nbd-reconnect.c ---- */
+
+/*
+ * The last live connection died (@err: ETIMEDOUT, ENOTCONN; @why: libnbd's
+ * words or NULL): unless reconnect-delay is 0 or the node failed, hold its
+ * requests (s->queued, which nbdblk_pump() leaves alone while no
+ * connection is live) and reconnect; true then.  False: the caller fails
+ * the node.
+ */
+bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why);
+
+/* Connection @c of several died and was retired: make it again in the
+ * background (once, for at most reconnect-delay). */
+void nbdblk_reconnect_retired(NbdBlkState *s, NbdBlkConn *c);
+
+/* Is every connection down and the node reconnecting? */
+static inline bool nbdblk_reconnecting(NbdBlkState *s)
+{
+    return s->rc.phase != NBDBLK_RC_IDLE && s->rc.all_down;
+}
+
+/*
+ * Stop a reconnect (the node is cancelled, fails or closes): the handle
+ * being made is closed; one that held the node's requests ends with
+ * BDRV_EVENT_RECONNECT_FAILED (@why).
+ */
+void nbdblk_reconnect_stop(NbdBlkState *s, const char *why);
 
 /* ---- nbd-io.c ---- */
 
@@ -295,7 +362,12 @@ bool nbdblk_done_pending(NbdBlkState *s);
  */
 void nbdblk_process_done(NbdBlkState *s);
 
-/* Make the node unusable: every request from now on fails with @err. */
+/* Start queued requests while there are free slots on live
+ * connections. */
+void nbdblk_pump(NbdBlkState *s);
+
+/* Make the node unusable: every request from now on fails with @err; a
+ * reconnect stops. */
 void nbdblk_set_dead(NbdBlkState *s, int err);
 
 /* Drop requests still queued or done without completing them (close). */

@@ -23,11 +23,14 @@
  * the live ones (reads, writes, zeroes, trims, block status and flushes
  * may all be repeated: a write sent twice leaves the same bytes; a flush
  * on any connection of a multi-conn server covers the writes completed on
- * all of them).  When the last one dies, or cancel_in_flight() shut the
- * sockets, the whole node is dead: the other sockets are shut down so
- * their commands fail at once, queued requests fail, and every later
- * request fails with the same error (ENOTCONN, ECANCELED, or ETIMEDOUT
- * when io-timeout shut the last one down).
+ * all of them), and made again in the background (nbd-reconnect.c).  When
+ * the last one dies, the node holds its requests and reconnects for up to
+ * reconnect-delay (nbd-reconnect.c).  When that is 0 or runs out, or
+ * cancel_in_flight() shut the sockets, the whole node is dead: the other
+ * sockets are shut down so their commands fail at once, queued requests
+ * fail, and every later request fails with the same error (ENOTCONN,
+ * ECANCELED, ETIMEDOUT when io-timeout shut the last one down, or EIO
+ * when the server came back with another export).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -260,8 +263,8 @@ static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
         return;
     }
     c = nbdblk_pick_conn(s);
-    g_assert(c);                /* all dead would have set dead_errno */
-    if (!g_queue_is_empty(&s->queued) ||
+    /* None while reconnecting (all dead otherwise sets dead_errno). */
+    if (!c || !g_queue_is_empty(&s->queued) ||
         c->in_flight >= NBDBLK_MAX_IN_FLIGHT) {
         g_queue_push_tail_link(&s->queued, &req->link);
         return;
@@ -271,8 +274,7 @@ static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
     nbdblk_issue(c, req);
 }
 
-/* Start queued requests while there are free slots. */
-static void nbdblk_pump(NbdBlkState *s)
+void nbdblk_pump(NbdBlkState *s)
 {
     while (!g_queue_is_empty(&s->queued) && !s->dead_errno) {
         NbdBlkConn *c = nbdblk_pick_conn(s);
@@ -298,6 +300,9 @@ void nbdblk_set_dead(NbdBlkState *s, int err)
         return;
     }
     s->dead_errno = s->cancelling ? ECANCELED : err;
+    nbdblk_reconnect_stop(s, s->fail_reason ? s->fail_reason :
+                          s->cancelling ? "cancelled" :
+                          g_strerror(s->dead_errno));
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_abort(&s->conns[i]);
     }
@@ -321,6 +326,7 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c)
 void nbdblk_conn_check(NbdBlkConn *c)
 {
     NbdBlkState *s = c->s;
+    int err = c->fail_errno ? c->fail_errno : ENOTCONN;
     int live = 0;
 
     if (c->dead || !c->h) {
@@ -330,23 +336,32 @@ void nbdblk_conn_check(NbdBlkConn *c)
         return;
     }
     c->dead = true;
+    /* What its sender thread still had fails now (to s->done): nothing
+     * of this connection comes back after its requests are settled. */
+    nbdblk_sender_stop(c);
     for (int i = 0; i < s->nr_conns; i++) {
         live += !s->conns[i].dead;
     }
-    if (s->cancelling || live == 0) {
-        nbdblk_set_dead(s, c->fail_errno ? c->fail_errno : ENOTCONN);
+    if (s->cancelling ||
+        (live == 0 && !nbdblk_reconnect_begin(s, err, c->lost_why))) {
+        nbdblk_set_dead(s, err);
         return;
     }
-    /* Its requests come back failed; nbdblk_settle() issues them again. */
-    s->nr_retired++;
-    g_debug("nbd: %s: connection %d died; %d left", s->display, c->index,
-            live);
+    /* Its requests come back failed; nbdblk_settle() issues them again,
+     * or holds them while the node reconnects. */
+    if (live > 0) {
+        s->nr_retired++;
+        g_debug("nbd: %s: connection %d died; %d left", s->display,
+                c->index, live);
+        nbdblk_reconnect_retired(s, c);
+    }
 }
 
 /*
  * @req failed on a connection that died: issue it again on a live one
- * (the node is not dead, so there is one).  A flush part goes out at
- * once; the others wait in @retry for a slot, ahead of the queue.
+ * (the node is not dead: there is one, or it is reconnecting).  A flush
+ * part goes out at once when a connection is live; the others (and all
+ * of them while reconnecting) wait in @retry, ahead of the queue.
  */
 static void nbdblk_retry(NbdBlkState *s, NbdBlkReq *req, GQueue *retry)
 {
@@ -362,7 +377,7 @@ static void nbdblk_retry(NbdBlkState *s, NbdBlkReq *req, GQueue *retry)
         g_array_set_size(req->up->extents, req->first_extent);
         req->status_seen = false;
     }
-    if (req->parent) {
+    if (req->parent && nbdblk_pick_conn(s)) {
         nbdblk_issue(nbdblk_pick_conn(s), req);
         return;
     }
@@ -412,6 +427,22 @@ static void nbdblk_settle(NbdBlkState *s, NbdBlkReq *req, GQueue *finished,
         /* It may have failed in a sender thread as its connection died,
          * before the main loop looked at that connection. */
         nbdblk_conn_check(req->conn);
+    }
+    if (req->ret == -ESHUTDOWN && req->conn && s->reconnect_delay &&
+        !s->dead_errno) {
+        /* NBD_ESHUTDOWN: the server is going away.  Its connection
+         * takes nothing more and is shut down (the death is seen as
+         * usual); the request waits for another one, or the reconnect. */
+        NbdBlkConn *c = req->conn;
+
+        if (!c->fail_errno) {
+            c->fail_errno = ESHUTDOWN;
+            g_free(c->lost_why);
+            c->lost_why = g_strdup("the server is shutting down");
+            nbdblk_conn_abort(c);
+        }
+        nbdblk_retry(s, req, retry);
+        return;
     }
     if (req->ret < 0 && req->conn && req->conn->dead && !s->dead_errno) {
         nbdblk_retry(s, req, retry);
@@ -510,6 +541,17 @@ static void nbdblk_flush(NbdBlkState *s, NbdBlkReq *req)
 {
     if (!s->can_flush || s->dead_errno) {
         nbdblk_req_done_later(req, s->dead_errno ? -s->dead_errno : 0);
+        return;
+    }
+    if (nbdblk_reconnecting(s)) {
+        /* Held like the rest, one part: after the reconnect's own flush
+         * it goes out behind the writes held before it. */
+        NbdBlkReq *part = nbdblk_req_init(g_new0(NbdBlkReq, 1), s, NULL,
+                                          NBDBLK_OP_FLUSH, 0, 0);
+
+        part->parent = req;
+        req->parts = 1;
+        g_queue_push_tail_link(&s->queued, &part->link);
         return;
     }
     /* Parts hold no slot: a flush must not wait behind a full queue. */

@@ -125,11 +125,17 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
                  !(dir & LIBNBD_AIO_DIRECTION_WRITE);
             wr = !rd && !c->sender;
         }
+        int r = 0;
+
         /* Both ready: read first, a reply may change what to write. */
         if (rd) {
-            nbd_aio_notify_read(c->h);
+            r = nbd_aio_notify_read(c->h);
         } else if (wr) {
-            nbd_aio_notify_write(c->h);
+            r = nbd_aio_notify_write(c->h);
+        }
+        if (r < 0 && !c->lost_why && nbd_get_error()) {
+            /* How it died, in libnbd's words, for the reconnect. */
+            c->lost_why = g_strdup(nbd_get_error());
         }
         if (c->sender &&
             (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {

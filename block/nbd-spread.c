@@ -213,7 +213,9 @@ NbdBlkConn *nbdblk_pick_conn(NbdBlkState *s)
     for (int i = 0; i < n; i++) {
         NbdBlkConn *c = &s->conns[(s->next_conn + i) % n];
 
-        if (!c->dead && (!best || c->in_flight < best->in_flight)) {
+        /* fail_errno: shut down, its death not seen yet. */
+        if (!c->dead && !c->fail_errno &&
+            (!best || c->in_flight < best->in_flight)) {
             best = c;
         }
     }

@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/nbd.h"
+#include "util/cutils.h"
 
 #include <string.h>
 #include <sys/un.h>
@@ -17,7 +18,7 @@
 /* Parameters we understand; anything else is refused (doc/uri.md). */
 static const char *const nbdblk_known_params[] = {
     "socket", "tls-certificates", "tls-psk-file", "tls-username",
-    "tls-verify-peer", NULL,
+    "tls-verify-peer", "reconnect-delay", NULL,
 };
 
 /* Parameters whose value is not shown in messages. */
@@ -388,6 +389,18 @@ static bool nbdblk_set_param(const char *spec, const char *key,
         uri->socket = g_strdup(value->str);
         return true;
     }
+    if (!strcmp(key, "reconnect-delay")) {
+        g_autoptr(GError) err = NULL;
+        int64_t secs;
+
+        if (!parse_count("reconnect-delay", value->str, 0,
+                         NBDBLK_MAX_TIMEOUT, &secs, &err)) {
+            nbdblk_uri_error(errp, spec, "%s", err->message);
+            return false;
+        }
+        uri->reconnect_delay = secs;
+        return true;
+    }
     if (!uri->tls) {
         nbdblk_uri_error(errp, spec, "%s= needs TLS: use nbds:// or "
                          "nbds+unix://", key);
@@ -450,7 +463,8 @@ static bool nbdblk_parse_query(const char *spec, const char *q, size_t len,
             memchr(key->str, '\0', key->len)) {
             nbdblk_uri_error(errp, spec, "unknown query parameter '%s' "
                              "(known: socket, tls-certificates, "
-                             "tls-psk-file, tls-username, tls-verify-peer)",
+                             "tls-psk-file, tls-username, tls-verify-peer, "
+                             "reconnect-delay)",
                              key->str);
             return false;
         }
@@ -497,6 +511,7 @@ NbdBlkUri *nbdblk_uri_parse(const char *spec, GError **errp)
     const char *auth, *path, *query, *frag;
 
     uri->tls_verify_peer = -1;
+    uri->reconnect_delay = -1;
     if (!nbdblk_parse_scheme(spec, uri, errp)) {
         return NULL;
     }

@@ -10,7 +10,9 @@
  * (block/nbd-source.c, block/nbd-io.c).
  *
  * Open options: connections=N (1..16), connect-timeout=SECS (0..86400,
- * default 10; 0: none), io-timeout=SECS (0..86400, default 600; 0: none).
+ * default 10; 0: none), io-timeout=SECS (0..86400, default 600; 0: none),
+ * reconnect-delay=SECS (0..86400, default 60; 0: none; the URI's
+ * reconnect-delay= wins over it; block/nbd-reconnect.c).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -170,7 +172,12 @@ static void nbdblk_close(BlockDriverState *bs)
     for (int i = 0; i < s->nr_conns; i++) {
         nbdblk_conn_close(&s->conns[i]);
     }
+    nbdblk_reconnect_stop(s, "the node was closed");
+    for (int i = 0; i < s->nr_conns; i++) {
+        g_free(s->conns[i].lost_why);
+    }
     nbdblk_drop_requests(s);
+    g_free(s->fail_reason);
     g_mutex_clear(&s->done_lock);
     g_free(s->probe_buf);
     nbdblk_uri_free(s->uri);
@@ -184,6 +191,7 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
     bool asked;
     int want;
 
+    s->bs = bs;
     g_queue_init(&s->queued);
     g_queue_init(&s->done);
     g_mutex_init(&s->done_lock);
@@ -199,8 +207,14 @@ static bool nbdblk_open(BlockDriverState *bs, const char *spec, int flags,
         !nbdblk_parse_timeout(options, "io-timeout",
                               NBDBLK_DEFAULT_IO_TIMEOUT, &s->io_timeout,
                               errp) ||
+        !nbdblk_parse_timeout(options, "reconnect-delay",
+                              NBDBLK_DEFAULT_RECONNECT_DELAY,
+                              &s->reconnect_delay, errp) ||
         !nbdblk_check_tls_files(s, errp)) {
         goto out_free;
+    }
+    if (s->uri->reconnect_delay >= 0) {
+        s->reconnect_delay = s->uri->reconnect_delay;
     }
     s->conns[0].index = 0;
     if (!nbdblk_conn_connect(s, &s->conns[0], errp)) {
@@ -348,8 +362,15 @@ static bool nbdblk_get_info(BlockDriverState *bs, BlockImageInfo *info,
                         G_GINT64_FORMAT ", went to the others)",
                         s->nr_retired, s->nr_retried);
     }
+    if (s->nr_reconnects) {
+        nbdblk_info_add(sp, "connections made again: %" G_GUINT64_FORMAT,
+                        s->nr_reconnects);
+    }
     if (s->dead_errno) {
-        nbdblk_info_add(sp, "state: failed (%s)", g_strerror(s->dead_errno));
+        nbdblk_info_add(sp, "state: failed (%s)", s->fail_reason ?
+                        s->fail_reason : g_strerror(s->dead_errno));
+    } else if (nbdblk_reconnecting(s)) {
+        nbdblk_info_add(sp, "state: reconnecting (%s)", s->rc.why);
     }
     if (info->specific) {
         g_ptr_array_unref(info->specific);

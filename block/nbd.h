@@ -7,7 +7,9 @@
  *   nbds://..., nbds+unix://...       the same, TLS required
  * TLS query parameters (nbds only): tls-certificates=DIR (X.509),
  * tls-psk-file=FILE with optional tls-username=NAME (PSK),
- * tls-verify-peer=0|1.  Every other parameter is an error.
+ * tls-verify-peer=0|1.  Any URI may carry reconnect-delay=SECS (0..86400,
+ * the "reconnect-delay" open option for this image; the URI's wins).
+ * Every other parameter is an error.
  *
  * The parser is pure: it never touches the network or the file system, so
  * a malformed URI is refused before anything connects.
@@ -59,6 +61,22 @@ int nbdblk_default_connections(void);
 #define NBDBLK_DEFAULT_IO_TIMEOUT       600
 
 /*
+ * The "reconnect-delay" open option (and URI parameter), in seconds: when
+ * the last live connection of a node breaks (the server was killed or
+ * restarted, the network dropped it, io-timeout found it stalled), the
+ * node holds its requests and reconnects, with backoff, for up to that
+ * long; then re-negotiates (the same export: size, read-only flag and the
+ * features the node uses, else the node fails for good), flushes, and
+ * issues again what was in flight and held, in order.  Past the delay
+ * every held request fails with the error that broke the connection, as
+ * with 0 (QEMU's default: no reconnect).  The default covers a server
+ * restart or a failover of tens of seconds, while a peer that is truly
+ * gone still fails a job within a minute; guest writes that must reach an
+ * NBD source wait meanwhile.
+ */
+#define NBDBLK_DEFAULT_RECONNECT_DELAY  60
+
+/*
  * Opening an NBD node blocks its caller while it connects (the control
  * path).  While it waits, @func(@opaque) is called at least every 100 ms
  * and whenever a signal interrupts the wait; when it returns true the open
@@ -93,6 +111,7 @@ typedef struct NbdBlkUri {
     char *tls_psk_file;         /* file, or NULL */
     char *tls_username;         /* or NULL */
     int tls_verify_peer;        /* -1: libnbd's default, 0 or 1 */
+    int reconnect_delay;        /* seconds; -1: not given */
 } NbdBlkUri;
 
 /*

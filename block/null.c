@@ -11,6 +11,7 @@
 #include "util/cutils.h"
 
 #include <errno.h>
+#include <zlib.h>
 
 typedef enum NullExtents {
     NULL_EXTENTS_DATA,
@@ -267,6 +268,10 @@ static void null_account(BlockDriverState *bs, BdrvRequest *req)
             .op = op, .offset = offset, .bytes = bytes, .flags = req->flags,
             .start_ns = clock_ns(),
         };
+
+        if (op == NULL_OP_WRITE) {
+            rec.data_hash = null_data_hash(req->buf, bytes);
+        }
         g_array_append_val(s->records, rec);
         r->record = s->records->len;
     }
@@ -355,6 +360,21 @@ void null_share_stats(BlockDriverState *bs, BlockDriverState *other)
     }
     s->shared = o->shared;
     s->shared->refcnt++;
+}
+
+uint32_t null_data_hash(const void *buf, int64_t bytes)
+{
+    uLong crc = crc32(0, Z_NULL, 0);
+    const Bytef *p = buf;
+
+    while (bytes > 0) {
+        uInt n = MIN(bytes, (int64_t)1 << 30);
+
+        crc = crc32(crc, p, n);
+        p += n;
+        bytes -= n;
+    }
+    return crc;
 }
 
 GArray *null_get_records(BlockDriverState *bs)

@@ -27,7 +27,8 @@
  *   error-op=..., error-offset=, error-length=, error-errno=,
  *   error-once=, error-file=
  *                        fault injection (block/fault-inject.h)
- *   record=on|off        keep a record of every request (default off)
+ *   record=on|off        keep a record of every request (default off),
+ *                        with a digest of each write's bytes
  *
  * Every node also keeps statistics (NullStats) that tests read to check
  * the invariants of the layers above: request sizes, requests and bytes
@@ -62,6 +63,7 @@ typedef struct NullRecord {
     int64_t start_ns;       /* submission time */
     int64_t end_ns;         /* completion time (0 while in flight) */
     int ret;
+    uint32_t data_hash;     /* WRITE: null_data_hash() of its bytes */
 } NullRecord;
 
 /* Counters; shared by every node attached with null_share_stats(). */
@@ -85,6 +87,10 @@ void null_get_stats(BlockDriverState *bs, NullStats *stats);
 /* Make @bs count into the statistics of @other (both null nodes), so that a
  * copy between two null nodes is measured as a whole. */
 void null_share_stats(BlockDriverState *bs, BlockDriverState *other);
+
+/* The digest of @bytes at @buf kept in NullRecord.data_hash (CRC-32):
+ * tests check that each write carried the bytes they meant. */
+uint32_t null_data_hash(const void *buf, int64_t bytes);
 
 /* The records of a node opened with record=on (GArray of NullRecord, owned
  * by the node), or NULL. */

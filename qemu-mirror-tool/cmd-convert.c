@@ -455,6 +455,7 @@ int cmd_convert(int argc, char **argv)
 
     /* From here a signal means "stop, and say the target is incomplete". */
     job_runner_init(&runner, argv[2], o.progress && !o.quiet);
+    runner.quiet = o.quiet;
     dst = convert_open_target(&o, argv[2], src, dst_flags, create_opts,
                               nodes.dst_open, &created, &ret);
     if (!dst) {

@@ -102,8 +102,9 @@ static gboolean job_runner_stall_cb(gpointer opaque)
 
     mirror_get_stats(job, &st);
     mark = job->progress_current + st.errors;
+    /* A reconnect says so itself (job_runner_say_reconnect()). */
     if (mark != r->stall_mark || !st.in_flight || job_is_paused(job) ||
-        job_is_completed(job)) {
+        job_is_completed(job) || st.reconnecting) {
         if (r->stall_warned) {
             tool_error("I/O completes again after %.0f s",
                        (now - r->stall_since_ns) / 1e9);
@@ -123,6 +124,31 @@ static gboolean job_runner_stall_cb(gpointer opaque)
     return G_SOURCE_CONTINUE;
 }
 
+/*
+ * A node began or ended a reconnect: one line on stderr (not with -q or
+ * --json), below the progress bar.  Tests wait for these lines: keep
+ * their shape.
+ */
+static void job_runner_say_reconnect(JobRunner *r, const JobEvent *ev)
+{
+    if (r->quiet || r->json) {
+        return;
+    }
+    if (r->progress) {
+        fputc('\n', stderr);
+    }
+    if (ev->reconnecting) {
+        tool_error("%s '%s': connection lost (%s), reconnecting for up to "
+                   "%d s", ev->node, ev->spec, ev->reason, ev->delay_s);
+    } else if (ev->error) {
+        tool_error("%s '%s': not reconnected: %s", ev->node, ev->spec,
+                   ev->reason ? ev->reason : g_strerror(ev->error));
+    } else {
+        tool_error("%s '%s': reconnected after %.1f s", ev->node, ev->spec,
+                   ev->elapsed_ns / 1e9);
+    }
+}
+
 static void job_runner_event(Job *job, const JobEvent *ev, void *opaque)
 {
     JobRunner *r = opaque;
@@ -139,6 +165,9 @@ static void job_runner_event(Job *job, const JobEvent *ev, void *opaque)
         qmp_server_emit_event(r->qmp, name, data);
     } else if (data) {
         json_node_unref(data);
+    }
+    if (ev->type == JOB_EVENT_RECONNECTING) {
+        job_runner_say_reconnect(r, ev);
     }
     if (ev->type == JOB_EVENT_READY) {
         r->ready_ns = clock_ns();

@@ -25,6 +25,7 @@ typedef struct JobRunner {
     const char *target;     /* for messages */
     bool progress;          /* -p: a bar on stderr */
     bool json;              /* --json: events as JSON lines on stdout */
+    bool quiet;             /* -q: no reconnect lines on stderr */
     QmpServer *qmp;         /* events go to its clients too, or NULL */
     bool qmp_wait;          /* start the job once a QMP client is there */
     bool started;           /* job_runner_run started the job */

@@ -107,6 +107,9 @@ JsonNode *qmp_job_block_info(Job *job)
         add_int(b, "copy-rate", (int64_t)st.copy_rate);
         add_int(b, "eta-ms", st.eta_ms);
         add_bool(b, "in-sync", st.in_sync);
+        /* Ours: the source or the target lost its server and is
+         * reconnecting (io-status says "reconnecting" too). */
+        add_bool(b, "reconnecting", st.reconnecting);
     } else {
         add_str(b, "io-status", "ok");
     }
@@ -148,6 +151,19 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
         add_str(b, "copy-mode",
                 qmp_copy_mode_names[MIRROR_COPY_MODE_WRITE_BLOCKING]);
         add_str(b, "reason", ev->reason ? ev->reason : "");
+        break;
+    case JOB_EVENT_RECONNECTING:
+        /* Ours: a node began (true) or ended (false) a reconnect; the
+         * error says why it gave up. */
+        *name = "BLOCK_JOB_RECONNECTING";
+        add_str(b, "type", job->driver->job_type);
+        add_str(b, "device", job->id);
+        add_str(b, "node", ev->node);
+        add_bool(b, "reconnecting", ev->reconnecting);
+        if (!ev->reconnecting && ev->error) {
+            add_str(b, "error", ev->reason ? ev->reason
+                                           : g_strerror(ev->error));
+        }
         break;
     case JOB_EVENT_ERROR:
         *name = "BLOCK_JOB_ERROR";

@@ -209,8 +209,9 @@ bool tool_check_format(const char *opt, const char *format);
 int tool_finish_stdout(int ret);
 
 /*
- * GOptionArgFunc of --connect-timeout and --io-timeout: check the value
- * (0..86400 seconds) and keep it for tool_nbd_options().
+ * GOptionArgFunc of --connect-timeout, --io-timeout and --reconnect-delay:
+ * check the value (0..86400 seconds) and keep it for tool_open_options()
+ * (the NBD open option of the same name).
  */
 gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
                               gpointer data, GError **errp);
@@ -222,7 +223,10 @@ gboolean tool_opt_nbd_seconds(const gchar *name, const gchar *value,
       "0: never)", "SECS" }, \
     { "io-timeout", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
       "an NBD connection with no reply for SECS is dead (default 600; " \
-      "0: never)", "SECS" }
+      "0: never)", "SECS" }, \
+    { "reconnect-delay", 0, 0, G_OPTION_ARG_CALLBACK, tool_opt_nbd_seconds, \
+      "when an NBD server is lost, hold its requests and reconnect for up " \
+      "to SECS (default 60; 0: fail at once)", "SECS" }
 
 /*
  * GOptionArgFunc of --threads: check the value (1..THREAD_POOL_MAX_THREADS)

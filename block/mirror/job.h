@@ -56,6 +56,8 @@ typedef enum JobEventType {
     JOB_EVENT_CANCELLED,        /* BLOCK_JOB_CANCELLED */
     JOB_EVENT_ERROR,            /* BLOCK_JOB_ERROR */
     JOB_EVENT_COPY_MODE,        /* MIRROR_COPY_MODE_CHANGED (ours) */
+    JOB_EVENT_RECONNECTING,     /* BLOCK_JOB_RECONNECTING (ours): a node
+                                 * began or ended a reconnect */
 } JobEventType;
 
 /* Error actions (BlockdevOnError) and the operation of BLOCK_JOB_ERROR. */
@@ -73,7 +75,15 @@ typedef struct JobEvent {
     bool is_read;               /* ERROR: operation read or write */
     BlockErrorAction action;    /* ERROR */
     int error;                  /* ERROR: the errno (positive) */
-    const char *reason;         /* COPY_MODE: "auto-converge" etc. */
+    const char *reason;         /* COPY_MODE: "auto-converge" etc.;
+                                 * RECONNECTING: what broke the link
+                                 * (started), why it gave up (failed),
+                                 * NULL (reconnected) */
+    const char *node;           /* RECONNECTING: "source" or "target" */
+    const char *spec;           /* RECONNECTING: the node's (redacted) */
+    bool reconnecting;          /* RECONNECTING: started, or over */
+    int delay_s;                /* RECONNECTING started: gives up after */
+    int64_t elapsed_ns;         /* RECONNECTING over: since it started */
 } JobEvent;
 
 /* A listener gets every event of the job, synchronously. */

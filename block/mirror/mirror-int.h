@@ -13,6 +13,7 @@
  *   mirror-sparse.h    zero runs inside data (convert -S)
  *   mirror-active.h    write-blocking mode (MirrorActiveOwner)
  *   mirror-converge.h  auto-converge (MirrorConvergeOwner)
+ *   mirror-link.h      the nodes' reconnects (events, flush again)
  *   mirror-track.h     the job's bitmaps, shared through their own APIs
  * The engine, which includes this header: the core (mirror.c: the pump,
  * the job's state, flushes, errors, the JobDriver and a running job's
@@ -34,6 +35,7 @@
 #include "block/mirror/dirty-bitmap.h"
 #include "block/mirror/mirror-active.h"
 #include "block/mirror/mirror-converge.h"
+#include "block/mirror/mirror-link.h"
 #include "block/mirror/mirror-copy.h"
 #include "block/mirror/mirror-op.h"
 #include "block/mirror/mirror-plan-state.h"
@@ -108,6 +110,7 @@ struct MirrorJob {
     MirrorOpList ops;           /* mirror-op.c */
     MirrorActive active;        /* mirror-active.c */
     MirrorConverge converge;    /* mirror-converge.c */
+    MirrorLink link;            /* mirror-link.c */
 
     /* The core (mirror.c). */
     MirrorCopyMode copy_mode;

@@ -174,6 +174,7 @@ static void mirror_finish(MirrorJob *s, int ret)
         }
     }
     mirror_remove_notifier(s);
+    mirror_link_stop(&s->link);
     mirror_cancel_timers(s);
     mirror_converge_stop(&s->converge);
     bdrv_set_max_io(s->src, 0);
@@ -188,6 +189,9 @@ static void mirror_flush_done(void *opaque, int ret)
     s->flush.in_flight = false;
     if (ret < 0) {
         mirror_error(s, false, ret, 0, 0);
+    } else if (!mirror_link_flush_done(&s->link)) {
+        /* The target reconnected during it: flush again (below). */
+        s->flush.writes_since = MAX(s->flush.writes_since, 1);
     } else {
         if (s->flush.writes_since == s->flush.mark) {
             s->flush.writes_since = 0;
@@ -206,6 +210,7 @@ static void mirror_flush_target(MirrorJob *s)
     s->flush.in_flight = true;
     s->flush.mark = s->flush.writes_since;
     s->flush.is_final = s->should_complete || s->common.cancelled;
+    mirror_link_flush_begin(&s->link);
     bdrv_aio_flush(s->dst, mirror_flush_done, s);
 }
 
@@ -251,6 +256,13 @@ static void mirror_check_state(MirrorJob *s)
 
     int in_flight = mirror_window_in_flight(&s->win);
 
+    if (!s->flush.in_flight && mirror_link_flush_stale(&s->link)) {
+        /* The target reconnected since the last flush: what the old
+         * server acknowledged may not be on its disk.  Flush again
+         * before READY or completion. */
+        s->flush.writes_since = MAX(s->flush.writes_since, 1);
+        s->flush.final_done = false;
+    }
     if (s->flush.ready_due && !s->finished && !job_is_cancelled(job) &&
         s->err.ret == 0 && !job_should_pause(job)) {
         /*
@@ -506,6 +518,7 @@ static void mirror_start(Job *job)
     dirty_bitmap_track_rate(s->track.dirty, true);
     bdrv_add_write_notifier(s->src, mirror_source_written, s);
     s->notifier_added = true;
+    mirror_link_start(&s->link, job, s->src, s->dst);
     mirror_ops_start(s);
     mirror_converge_start(&s->converge);
     bdrv_set_max_io(s->src, s->cfg.chunk_size);
@@ -567,6 +580,7 @@ static void mirror_free(Job *job)
     MirrorJob *s = mirror_job(job);
 
     mirror_remove_notifier(s);
+    mirror_link_stop(&s->link);
     mirror_cancel_timers(s);
     mirror_converge_stop(&s->converge);
     dirty_bitmap_free(s->track.dirty);
@@ -611,7 +625,10 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .copy_rate = mirror_ops_copy_rate(s, now),
         .eta_ms = -1,
         .io_status = s->err.nospace ? "nospace" :
-                     s->err.failed ? "failed" : "ok",
+                     s->err.failed ? "failed" :
+                     mirror_link_reconnecting(&s->link) ? "reconnecting"
+                                                        : "ok",
+        .reconnecting = mirror_link_reconnecting(&s->link),
         .copy_mode = s->copy_mode,
         .passes = mirror_plan_passes(s),
         .errors = s->err.count,

@@ -109,7 +109,11 @@ typedef struct MirrorStats {
     int64_t eta_ms;             /* until in sync at these rates; -1 when
                                  * unknown or not converging */
     bool actively_synced;       /* write-blocking and in sync */
-    const char *io_status;      /* "ok", "failed" or "nospace" */
+    const char *io_status;      /* "ok", "failed", "nospace" or
+                                 * "reconnecting" */
+    bool reconnecting;          /* the source or the target lost its
+                                 * server and reconnects; the job's
+                                 * requests to it wait */
     MirrorCopyMode copy_mode;
     uint64_t passes;            /* times the cursor wrapped around */
     uint64_t errors;            /* failed operations so far */

@@ -104,6 +104,7 @@ static void test_server_death(void)
     BlockDriverState *bs;
     Pending p[8] = { 0 };
     static uint8_t bufs[8][65536];
+    g_autofree char *uri = NULL;
     gint64 t0;
 
     if (!have_nbdkit()) {
@@ -111,7 +112,9 @@ static void test_server_death(void)
     }
     srv = server_start("--filter=delay", "memory", "64M", "rdelay=5",
                        "wdelay=5", NULL);
-    bs = must_open(srv->uri, BDRV_O_RDWR, NULL);
+    /* Without reconnect (test-nbd-reconnect.c has it). */
+    uri = g_strconcat(srv->uri, "&reconnect-delay=0", NULL);
+    bs = must_open(uri, BDRV_O_RDWR, NULL);
     for (int i = 0; i < 8; i++) {
         if (i % 2) {
             bdrv_aio_pwrite(bs, i * MiB, sizeof(bufs[i]), bufs[i], 0,
@@ -351,7 +354,7 @@ static void test_io_timeout(void)
     }
     srv = server_start("memory", "64M", NULL);
     bs = open_with(srv->uri, &err, "io-timeout", "1", "connections", "1",
-                   NULL);
+                   "reconnect-delay", "0", NULL);
     g_assert_no_error(err);
     g_assert_cmpint(test_pread(bs, 0, 4096, bufs[0]), ==, 0);
     stop_server(srv->pid);

@@ -99,6 +99,47 @@ static void test_uri_tls_params(void)
     g_assert_false(c->tls);
 }
 
+/* reconnect-delay=SECS: any URI, TLS or not; -1 when not given. */
+static void test_uri_reconnect_delay(void)
+{
+    static const struct {
+        const char *spec;
+        int delay;
+    } cases[] = {
+        { "nbd://h/", -1 },
+        { "nbd://h/?reconnect-delay=0", 0 },
+        { "nbd://h/x?reconnect-delay=30", 30 },
+        { "nbd+unix:///?socket=/s&reconnect-delay=86400", 86400 },
+        { "nbds://h/?reconnect-delay=5&tls-certificates=/c", 5 },
+        { "nbd://h/?reconnect-delay=%36%30", 60 },
+    };
+    static const char *const bad[] = { "abc", "-1", "86401", "", "1.5" };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(NbdBlkUri) uri = nbdblk_uri_parse(cases[i].spec, &err);
+
+        g_test_message("%s", cases[i].spec);
+        g_assert_no_error(err);
+        g_assert_cmpint(uri->reconnect_delay, ==, cases[i].delay);
+    }
+    /* The node option: refused before anything connects. */
+    for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+        g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash,
+                                                      g_str_equal);
+        g_autoptr(GError) err = NULL;
+        g_autofree char *want = g_strdup_printf("nbd: reconnect-delay '%s'",
+                                                bad[i]);
+
+        g_hash_table_insert(opts, "reconnect-delay", (char *)bad[i]);
+        g_assert_null(bdrv_open("nbd+unix:///?socket=/nonexistent/s", NULL,
+                                0, opts, &err));
+        g_test_message("%s -> %s", bad[i], err->message);
+        g_assert_error(err, BLOCK_ERROR, BLOCK_ERROR_INVALID);
+        g_assert_true(g_str_has_prefix(err->message, want));
+    }
+}
+
 typedef struct InvalidUri {
     const char *spec;
     const char *message;        /* a substring of the error */
@@ -132,6 +173,18 @@ static void test_uri_invalid(void)
     g_autofree char *long_socket = g_strdup_printf(
         "nbd+unix:///?socket=/%0*d", 120, 0);
     static const InvalidUri cases[] = {
+        /* reconnect-delay: the value named as written */
+        { "nbd://h/?reconnect-delay=abc", "reconnect-delay 'abc': invalid "
+          "number" },
+        { "nbd://h/?reconnect-delay=-1", "reconnect-delay '-1': must be "
+          "between 0 and 86400" },
+        { "nbd://h/?reconnect-delay=86401", "reconnect-delay '86401': must "
+          "be between 0 and 86400" },
+        { "nbd://h/?reconnect-delay=1s", "reconnect-delay '1s': invalid "
+          "number" },
+        { "nbd://h/?reconnect-delay=", "empty reconnect-delay=" },
+        { "nbd://h/?reconnect-delay=1&reconnect-delay=2",
+          "query parameter 'reconnect-delay' is given more than once" },
         { "nbd+vsock:///x", "the vsock transport ('nbd+vsock') is not "
           "supported" },
         { "nbds+vsock://1/", "vsock" },
@@ -228,6 +281,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/uri/valid", test_uri_valid);
     g_test_add_func("/nbd/uri/tls-params", test_uri_tls_params);
     g_test_add_func("/nbd/uri/invalid", test_uri_invalid);
+    g_test_add_func("/nbd/uri/reconnect-delay", test_uri_reconnect_delay);
     g_test_add_func("/nbd/uri/redact", test_uri_redact);
     g_test_add_func("/nbd/uri/recognize", test_uri_recognize);
     return g_test_run();

@@ -151,7 +151,8 @@ stop_server mem
 
 # Both cut: nothing left, the copy fails (exit 1) and says so.
 start_cut_proxy all
-expect_exit 1 $TMO "$T" convert -n --connections 2 src.img "$uri"
+expect_exit 1 $TMO "$T" convert -n --connections 2 --reconnect-delay 0 \
+    src.img "$uri"
 stderr_has "incomplete"
 ok "convert --connections 2: both connections cut, exit 1"
 stop_server cut
@@ -164,7 +165,7 @@ mem=$uri
 start_faulty stall stall "$scratch/mem.sock" all $((8 * 1024 * 1024))
 t0=$(date +%s%N)
 expect_exit 1 $TMO "$T" convert -n --connections 1 --io-timeout 2 \
-    src.img "$uri"
+    --reconnect-delay 0 src.img "$uri"
 stderr_has "Connection timed out" "is incomplete"
 grep -q "stalled 0" stall.log || fail "the proxy did not stall"
 elapsed_below 30 "$t0"

@@ -115,6 +115,7 @@ stop_server full
 ok "write errors on the target: exit 1, 'write error at offset', ENOSPC"
 
 # --- a server killed mid-copy: exit 1 promptly, no hang -------------------
+# (without reconnect: test-tool-reconnect.sh has it)
 killed_mid_copy()
 {
     local role=$1 pid rc start secs
@@ -122,11 +123,13 @@ killed_mid_copy()
     if [ "$role" = source ]; then
         start_nbdkit victim --filter=delay sparse-random 1G seed=1 \
             percent=100 rdelay=100ms
-        $TMO "$T" convert -p -W "$uri" out.img >/dev/null 2>kill.err &
+        $TMO "$T" convert -p -W --reconnect-delay 0 "$uri" out.img \
+            >/dev/null 2>kill.err &
     else
         start_nbdkit victim --filter=delay memory 1G wdelay=100ms
-        $TMO "$T" convert -p -n -W "nbd+unix:///?socket=$scratch/src.sock" \
-            "$uri" >/dev/null 2>kill.err &
+        $TMO "$T" convert -p -n -W --reconnect-delay 0 \
+            "nbd+unix:///?socket=$scratch/src.sock" "$uri" >/dev/null \
+            2>kill.err &
     fi
     pid=$!
     track_pid "$pid"

@@ -118,6 +118,9 @@ static void test_job_event_cb(Job *job, const JobEvent *e, void *opaque)
     case JOB_EVENT_COPY_MODE:
         ev->copy_mode_count++;
         break;
+    case JOB_EVENT_RECONNECTING:
+        ev->reconnect_count++;
+        break;
     }
 }
 

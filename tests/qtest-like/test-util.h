@@ -41,6 +41,7 @@ typedef struct TestJobEvents {
     int cancelled_count;
     int error_count;
     int copy_mode_count;
+    int reconnect_count;      /* JOB_EVENT_RECONNECTING, both ways */
 } TestJobEvents;
 
 void test_job_events_attach(TestJobEvents *ev, Job *job);

@@ -1,0 +1,772 @@
+/*
+ * The NBD client's reconnect (reconnect-delay, block/nbd-reconnect.c)
+ * against real servers: nbdkit killed with requests in flight and started
+ * again on the same UNIX socket or TCP port (the requests complete, the
+ * bytes are right), started again with another size (the node fails for
+ * good), not started again (the delay runs out: the requests fail with
+ * the error), reconnect-delay=0 (they fail at once); our own NBD server
+ * over a recording null node cutting every connection mid-way (no write
+ * lost, none elsewhere, each with its bytes); a mirror job whose target
+ * restarts (events, complete, identical).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "block/block-int.h"
+#include "block/export/nbd-server.h"
+#include "block/mirror/mirror.h"
+#include "block/nbd.h"
+#include "block/null.h"
+#include "tests/qtest-like/nbd-server.h"
+#include "tests/qtest-like/test-util.h"
+#include "util/cutils.h"
+
+#define DISK_SIZE   (8 * MiB)
+#define WRITE_SIZE  (128 * KiB)
+#define NR_WRITES   (DISK_SIZE / WRITE_SIZE)
+
+/* ---- waiting for conditions ---- */
+
+typedef struct Waiter {
+    bool (*cond)(void *data);
+    void *data;
+    bool met;
+} Waiter;
+
+static gboolean waiter_check(gpointer opaque)
+{
+    Waiter *w = opaque;
+
+    if (w->cond(w->data)) {
+        w->met = true;
+        return G_SOURCE_REMOVE;
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+/* Run the loop until @cond(@data), looked at every 5 ms; fail after
+ * @timeout_s. */
+static void wait_for(bool (*cond)(void *), void *data, int timeout_s)
+{
+    Waiter w = { .cond = cond, .data = data };
+    guint id;
+
+    if (cond(data)) {
+        return;
+    }
+    id = g_timeout_add(5, waiter_check, &w);
+    test_run_until(&w.met, timeout_s);
+    if (!w.met) {
+        g_source_remove(id);
+    }
+}
+
+/* ---- node events ---- */
+
+typedef struct Seen {
+    int reconnecting;
+    int reconnected;
+    int failed;
+    int error;                  /* FAILED's */
+    char *reason;               /* RECONNECTING's, then FAILED's */
+    unsigned held;              /* requests waiting at RECONNECTING */
+} Seen;
+
+static void seen_cb(void *opaque, BlockDriverState *bs, const BdrvEvent *ev)
+{
+    Seen *seen = opaque;
+
+    switch (ev->type) {
+    case BDRV_EVENT_RECONNECTING:
+        seen->reconnecting++;
+        g_assert_true(bdrv_is_reconnecting(bs));
+        break;
+    case BDRV_EVENT_RECONNECTED:
+        seen->reconnected++;
+        break;
+    case BDRV_EVENT_RECONNECT_FAILED:
+        seen->failed++;
+        seen->error = ev->error;
+        break;
+    }
+    g_free(seen->reason);
+    seen->reason = g_strdup(ev->reason);
+}
+
+static bool seen_lost(void *opaque)
+{
+    return ((Seen *)opaque)->reconnecting > 0;
+}
+
+/* ---- an nbdkit that can be killed and started again on one address ---- */
+
+typedef struct Kit {
+    char *dir;
+    char *sock;                 /* UNIX; NULL: TCP */
+    char *port;                 /* TCP */
+    char *pidfile;
+    char *disk;                 /* a file for the file plugin */
+    char *uri;
+    GPid pid;
+} Kit;
+
+/* A TCP port nothing listens on now. */
+static char *free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(bind(fd, (struct sockaddr *)&a, sizeof(a)), ==, 0);
+    g_assert_cmpint(getsockname(fd, (struct sockaddr *)&a, &len), ==, 0);
+    close(fd);
+    return g_strdup_printf("%d", ntohs(a.sin_port));
+}
+
+static Kit *kit_new(bool tcp)
+{
+    Kit *k = g_new0(Kit, 1);
+
+    k->dir = test_scratch_new();
+    k->pidfile = g_build_filename(k->dir, "pid", NULL);
+    k->disk = g_build_filename(k->dir, "disk.img", NULL);
+    if (tcp) {
+        k->port = free_port();
+        k->uri = g_strdup_printf("nbd://127.0.0.1:%s/", k->port);
+    } else {
+        k->sock = g_build_filename(k->dir, "sock", NULL);
+        k->uri = g_strdup_printf("nbd+unix:///?socket=%s", k->sock);
+    }
+    return k;
+}
+
+/* Start nbdkit ARGS... (NULL-terminated) on the kit's address; wait for
+ * its pid file (written once it listens). */
+static void kit_start(Kit *k, const char *first, ...)
+{
+    g_autoptr(GPtrArray) argv = g_ptr_array_new();
+    g_autoptr(GError) err = NULL;
+    va_list ap;
+
+    g_remove(k->pidfile);
+    g_ptr_array_add(argv, "nbdkit");
+    g_ptr_array_add(argv, "-f");
+    g_ptr_array_add(argv, "--exit-with-parent");
+    if (k->sock) {
+        g_ptr_array_add(argv, "-U");
+        g_ptr_array_add(argv, k->sock);
+    } else {
+        g_ptr_array_add(argv, "-i");
+        g_ptr_array_add(argv, "127.0.0.1");
+        g_ptr_array_add(argv, "-p");
+        g_ptr_array_add(argv, k->port);
+    }
+    g_ptr_array_add(argv, "-P");
+    g_ptr_array_add(argv, k->pidfile);
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        g_ptr_array_add(argv, (char *)a);
+    }
+    va_end(ap);
+    g_ptr_array_add(argv, NULL);
+    g_spawn_async(NULL, (char **)argv->pdata, NULL,
+                  G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD |
+                  G_SPAWN_STDOUT_TO_DEV_NULL, NULL, NULL, &k->pid, &err);
+    g_assert_no_error(err);
+    for (int i = 0; i < 2000; i++) {
+        g_autofree char *text = NULL;
+        gsize len = 0;
+
+        if (g_file_get_contents(k->pidfile, &text, &len, NULL) && len &&
+            text[len - 1] == '\n') {
+            return;
+        }
+        g_assert_cmpint(waitpid(k->pid, NULL, WNOHANG), ==, 0);
+        g_usleep(10 * 1000);    /* polling the pid file, bounded */
+    }
+    g_error("nbdkit did not start within 20 s");
+}
+
+/* SIGKILL (no goodbye to the clients) and reap; the socket file goes. */
+static void kit_kill(Kit *k)
+{
+    if (k->pid) {
+        kill(k->pid, SIGKILL);
+        waitpid(k->pid, NULL, 0);
+        g_spawn_close_pid(k->pid);
+        k->pid = 0;
+    }
+    if (k->sock) {
+        g_remove(k->sock);
+    }
+}
+
+static void kit_free(Kit *k)
+{
+    kit_kill(k);
+    test_scratch_free(k->dir);
+    g_free(k->sock);
+    g_free(k->port);
+    g_free(k->pidfile);
+    g_free(k->disk);
+    g_free(k->uri);
+    g_free(k);
+}
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(Kit, kit_free)
+
+/* A zeroed disk file of @size for the file plugin; "file=PATH". */
+static char *kit_disk(Kit *k, int64_t size)
+{
+    g_autoptr(GError) err = NULL;
+    int fd = g_open(k->disk, O_RDWR | O_CREAT | O_TRUNC, 0644);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, size), ==, 0);
+    close(fd);
+    return g_strdup_printf("file=%s", k->disk);
+}
+
+/* Open @uri with "reconnect-delay" @delay (and "connections" @conns). */
+static BlockDriverState *open_rc(const char *uri, const char *delay,
+                                 const char *conns)
+{
+    g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *bs;
+
+    g_hash_table_insert(opts, "reconnect-delay", (char *)delay);
+    if (conns) {
+        g_hash_table_insert(opts, "connections", (char *)conns);
+    }
+    bs = bdrv_open(uri, NULL, BDRV_O_RDWR, opts, &err);
+    g_assert_no_error(err);
+    return bs;
+}
+
+/* ---- a batch of writes, each of its own pattern ---- */
+
+typedef struct Batch {
+    BlockDriverState *bs;
+    int n;
+    int64_t stride;             /* write i goes to i * stride */
+    uint8_t *data;              /* n * WRITE_SIZE */
+    Pending p[NR_WRITES];
+    int done;
+    int wait_done;              /* batch_reached(): done >= this */
+} Batch;
+
+typedef struct BatchSlot {
+    Batch *b;
+    int i;
+} BatchSlot;
+
+static BatchSlot batch_slots[NR_WRITES];
+
+static void batch_cb(void *opaque, int ret)
+{
+    BatchSlot *slot = opaque;
+
+    pending_cb(&slot->b->p[slot->i], ret);
+    slot->b->done++;
+}
+
+static bool batch_reached(void *opaque)
+{
+    Batch *b = opaque;
+
+    return b->done >= b->wait_done;
+}
+
+static void batch_submit(Batch *b, BlockDriverState *bs, int n,
+                         int64_t stride, uint32_t seed)
+{
+    *b = (Batch) { .bs = bs, .n = n, .stride = stride };
+    b->data = g_malloc(n * WRITE_SIZE);
+    test_fill_pattern(b->data, 0, n * WRITE_SIZE, seed);
+    for (int i = 0; i < n; i++) {
+        batch_slots[i] = (BatchSlot) { .b = b, .i = i };
+        bdrv_aio_pwrite(bs, i * stride, WRITE_SIZE, b->data + i * WRITE_SIZE,
+                        0, batch_cb, &batch_slots[i]);
+    }
+}
+
+/* Run until @k of them are done. */
+static void batch_wait(Batch *b, int k, int timeout_s)
+{
+    b->wait_done = k;
+    wait_for(batch_reached, b, timeout_s);
+    g_assert_cmpint(b->done, >=, k);
+}
+
+/* The disk file holds every write (stride WRITE_SIZE: the whole disk). */
+static void batch_assert_disk(Batch *b, const char *disk)
+{
+    g_autofree char *text = NULL;
+    gsize len = 0;
+
+    g_assert_true(g_file_get_contents(disk, &text, &len, NULL));
+    g_assert_cmpint(len, ==, (gsize)b->n * WRITE_SIZE);
+    g_assert_true(memcmp(text, b->data, len) == 0);
+}
+
+/* ---- the tests ---- */
+
+/*
+ * nbdkit killed with writes in flight, started again on the same address
+ * while the node holds them: every write succeeds, the node says
+ * RECONNECTING then RECONNECTED, and the file holds every byte.
+ */
+static void restart_in_flight(bool tcp, const char *conns)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    g_autofree char *info = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(tcp);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
+    bs = open_rc(k->uri, "30", conns);
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 1);
+    batch_wait(&b, 4, 60);
+    g_assert_cmpint(b.done, <, NR_WRITES);
+    kit_kill(k);
+    wait_for(seen_lost, &seen, 30);
+    g_assert_cmpint(seen.reconnected + seen.failed, ==, 0);
+    g_assert_true(bdrv_is_reconnecting(bs));
+    g_test_message("lost: %s", seen.reason);
+    info = g_strdup_printf("state: reconnecting (%s)", seen.reason);
+    g_assert_true(info_has(bs, info));
+    /* Nothing failed meanwhile: the rest are held. */
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_true(!b.p[i].done || b.p[i].ret == 0);
+    }
+    kit_start(k, "file", file, NULL);
+    batch_wait(&b, NR_WRITES, 60);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_cmpint(b.p[i].ret, ==, 0);
+    }
+    g_assert_cmpint(seen.reconnected, ==, 1);
+    g_assert_cmpint(seen.failed, ==, 0);
+    g_assert_false(bdrv_is_reconnecting(bs));
+    g_assert_cmpuint(bdrv_get_reconnects(bs), ==, 1);
+    g_assert_cmpint(test_flush(bs), ==, 0);
+    batch_assert_disk(&b, k->disk);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+    g_free(seen.reason);
+}
+
+static void test_restart_unix(void)
+{
+    restart_in_flight(false, "1");
+}
+
+static void test_restart_unix_multiconn(void)
+{
+    restart_in_flight(false, "2");
+}
+
+static void test_restart_tcp(void)
+{
+    restart_in_flight(true, NULL);
+}
+
+/* Started again with another size: a hard error, no retry. */
+static void test_size_changed(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    g_autofree char *line = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    uint8_t buf[4096] = { 0 };
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
+    bs = open_rc(k->uri, "30", "1");
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 2);
+    batch_wait(&b, 2, 60);
+    kit_kill(k);
+    wait_for(seen_lost, &seen, 30);
+    g_free(kit_disk(k, DISK_SIZE * 2));
+    kit_start(k, "file", file, NULL);
+    batch_wait(&b, NR_WRITES, 60);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_true(b.p[i].ret == 0 || b.p[i].ret == -EIO);
+    }
+    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -EIO);
+    g_assert_cmpint(seen.failed, ==, 1);
+    g_assert_cmpint(seen.reconnected, ==, 0);
+    g_assert_cmpint(seen.error, ==, EIO);
+    line = g_strdup_printf("export size changed from %d to %d",
+                           (int)DISK_SIZE, (int)DISK_SIZE * 2);
+    g_assert_cmpstr(seen.reason, ==, line);
+    g_free(line);
+    line = g_strdup_printf("state: failed (export size changed from %d to "
+                           "%d)", (int)DISK_SIZE, (int)DISK_SIZE * 2);
+    g_assert_true(info_has(bs, line));
+    /* For good: later requests fail too, with no new attempt. */
+    g_assert_cmpint(test_pread(bs, 0, sizeof(buf), buf), ==, -EIO);
+    g_assert_cmpint(seen.reconnecting, ==, 1);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+    g_free(seen.reason);
+}
+
+/* Nobody comes back: past the delay the held requests fail with the
+ * error that broke the connection, and so does every later one. */
+static void test_delay_expires(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    uint8_t buf[4096] = { 0 };
+    gint64 t0;
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
+    bs = open_rc(k->uri, "1", "1");
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 3);
+    batch_wait(&b, 2, 60);
+    kit_kill(k);
+    wait_for(seen_lost, &seen, 30);
+    t0 = g_get_monotonic_time();
+    batch_wait(&b, NR_WRITES, 60);
+    /* The delay (1 s) went by first; generous on a busy machine. */
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 900 * 1000);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 20 * G_USEC_PER_SEC);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_true(b.p[i].ret == 0 || b.p[i].ret == -ENOTCONN);
+    }
+    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
+    g_assert_cmpint(seen.failed, ==, 1);
+    g_assert_cmpint(seen.error, ==, ENOTCONN);
+    g_assert_nonnull(strstr(seen.reason, "no connection within 1 s "
+                            "(reconnect-delay)"));
+    g_assert_false(bdrv_is_reconnecting(bs));
+    g_assert_cmpint(test_pread(bs, 0, sizeof(buf), buf), ==, -ENOTCONN);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+    g_free(seen.reason);
+}
+
+/* reconnect-delay=0: as before, the requests fail at once, no event. */
+static void test_delay_zero(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    gint64 t0;
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
+    bs = open_rc(k->uri, "0", "1");
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 4);
+    batch_wait(&b, 2, 60);
+    t0 = g_get_monotonic_time();
+    kit_kill(k);
+    batch_wait(&b, NR_WRITES, 60);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
+    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
+    g_assert_cmpint(seen.reconnecting + seen.reconnected + seen.failed, ==,
+                    0);
+    /* A server there again changes nothing. */
+    kit_start(k, "file", file, NULL);
+    g_assert_cmpint(test_flush(bs), ==, -ENOTCONN);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+}
+
+/* The URI's reconnect-delay= wins over the node option. */
+static void test_uri_wins(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    g_autofree char *uri = NULL;
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    Batch b;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
+    uri = g_strconcat(k->uri, "&reconnect-delay=0", NULL);
+    bs = open_rc(uri, "30", "1");
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 5);
+    batch_wait(&b, 2, 60);
+    kit_kill(k);
+    batch_wait(&b, NR_WRITES, 60);
+    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
+    g_assert_cmpint(seen.reconnecting, ==, 0);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+}
+
+/* ---- counting, through our own server over a recording null node ---- */
+
+/* While the NBD open blocks: serve its handshake from this loop. */
+static bool serve_while_opening(void *opaque)
+{
+    while (g_main_context_iteration(NULL, FALSE)) {
+        /* dispatch */
+    }
+    return false;
+}
+
+/*
+ * Every connection cut by the server mid-way (nbdsrv_disconnect_all()),
+ * which keeps listening: after the reconnect, every write reached the
+ * null node at its offset with its bytes (some twice: their replies were
+ * lost), nothing was written anywhere else, and a flush came before the
+ * writes issued again.
+ */
+static void test_count_null(void)
+{
+    g_autofree char *dir = test_scratch_new();
+    g_autofree char *addr = g_strdup_printf("unix:%s/sock", dir);
+    g_autofree char *uri = g_strdup_printf("nbd+unix:///?socket=%s/sock",
+                                           dir);
+    g_autoptr(GError) err = NULL;
+    g_autofree int *count = g_new0(int, NR_WRITES);
+    const int64_t stride = 3 * WRITE_SIZE;      /* gaps between writes */
+    BlockDriverState *null, *bs;
+    NbdServer *srv;
+    Seen seen = { 0 };
+    GArray *rec;
+    guint flush_at = G_MAXUINT, first_again = G_MAXUINT;
+    int again = 0;
+    Batch b;
+
+    null = test_open("null:size=64M,latency-ns=20000000,record=on", NULL,
+                     BDRV_O_RDWR);
+    srv = nbdsrv_new(null, addr, NULL, false, &err);
+    g_assert_no_error(err);
+    nbdblk_set_interrupt_func(serve_while_opening, NULL);
+    bs = open_rc(uri, "30", NULL);
+    nbdblk_set_interrupt_func(NULL, NULL);
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+
+    batch_submit(&b, bs, NR_WRITES, stride, 6);
+    batch_wait(&b, NR_WRITES / 4, 60);
+    g_assert_cmpint(b.done, <, NR_WRITES);
+    nbdsrv_disconnect_all(srv);
+    batch_wait(&b, NR_WRITES, 60);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_cmpint(b.p[i].ret, ==, 0);
+    }
+    g_assert_cmpint(seen.reconnecting, ==, 1);
+    g_assert_cmpint(seen.reconnected, ==, 1);
+
+    rec = null_get_records(null);
+    for (guint r = 0; r < rec->len; r++) {
+        NullRecord *e = &g_array_index(rec, NullRecord, r);
+        int i = e->offset / stride;
+
+        if (e->op == NULL_OP_FLUSH) {
+            flush_at = MIN(flush_at, r);
+            continue;
+        }
+        /* Nothing but our writes: the probe read of open aside. */
+        if (e->op == NULL_OP_READ) {
+            g_assert_cmpint(e->offset, ==, 0);
+            continue;
+        }
+        g_assert_cmpint(e->op, ==, NULL_OP_WRITE);
+        g_assert_cmpint(e->offset % stride, ==, 0);
+        g_assert_cmpint(i, <, NR_WRITES);
+        g_assert_cmpint(e->bytes, ==, WRITE_SIZE);
+        g_assert_cmpuint(e->data_hash, ==,
+                         null_data_hash(b.data + i * WRITE_SIZE,
+                                        WRITE_SIZE));
+        if (count[i]++ && first_again == G_MAXUINT) {
+            first_again = r;
+        }
+        again += count[i] > 1;
+    }
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_cmpint(count[i], >=, 1);
+    }
+    /* The reconnect flushed before it issued anything again. */
+    g_assert_cmpuint(flush_at, <, rec->len);
+    g_assert_true(first_again == G_MAXUINT || flush_at < first_again);
+    g_test_message("%d writes, %d of them written again after the cut",
+                   (int)NR_WRITES, again);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    nbdsrv_free(srv);
+    bdrv_unref(null);
+    g_free(b.data);
+    g_free(seen.reason);
+    test_scratch_free(g_steal_pointer(&dir));
+}
+
+/* ---- a mirror job whose target restarts ---- */
+
+typedef struct JobWatch {
+    Job *job;
+    TestJobEvents *ev;
+    int64_t progress;
+    int reconnects;
+} JobWatch;
+
+static bool job_progressed(void *opaque)
+{
+    JobWatch *w = opaque;
+
+    return w->job->progress_current >= w->progress;
+}
+
+static bool job_reconnect_events(void *opaque)
+{
+    JobWatch *w = opaque;
+
+    return w->ev->reconnect_count >= w->reconnects;
+}
+
+static void test_mirror_target_restart(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autofree char *file = NULL;
+    g_autofree char *src_path = NULL;
+    g_autofree uint8_t *data = g_malloc(DISK_SIZE);
+    g_autofree char *out = NULL;
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *src, *dst;
+    TestJobEvents ev = { 0 };
+    MirrorParams p;
+    MirrorStats st;
+    JobWatch w;
+    JobEvent *e;
+    gsize len;
+    Job *job;
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    k = kit_new(false);
+    file = kit_disk(k, DISK_SIZE);
+    src_path = g_build_filename(k->dir, "src.img", NULL);
+    test_fill_pattern(data, 0, DISK_SIZE, 7);
+    g_assert_true(g_file_set_contents(src_path, (char *)data, DISK_SIZE,
+                                      NULL));
+    kit_start(k, "--filter=delay", "file", file, "wdelay=50ms", NULL);
+    src = test_open(src_path, "raw", 0);
+    dst = open_rc(k->uri, "30", "1");
+    mirror_params_init(&p);
+    p.auto_complete = true;
+    p.chunk_size = 256 * KiB;
+    job = mirror_job_new("job0", src, dst, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&ev, job);
+    job_start(job);
+
+    w = (JobWatch) { .job = job, .ev = &ev, .progress = MiB,
+                     .reconnects = 1 };
+    wait_for(job_progressed, &w, 60);
+    kit_kill(k);
+    wait_for(job_reconnect_events, &w, 30);
+    mirror_get_stats(job, &st);
+    g_assert_true(st.reconnecting);
+    g_assert_cmpstr(st.io_status, ==, "reconnecting");
+    e = &g_array_index(ev.events, JobEvent, ev.events->len - 1);
+    g_assert_cmpint(e->type, ==, JOB_EVENT_RECONNECTING);
+    g_assert_cmpstr(e->node, ==, "target");
+    g_assert_true(e->reconnecting);
+    g_assert_cmpint(e->delay_s, ==, 30);
+
+    kit_start(k, "file", file, NULL);
+    test_run_until(&ev.concluded, 120);
+    g_assert_cmpint(job->ret, ==, 0);
+    g_assert_cmpint(ev.reconnect_count, ==, 2);
+    g_assert_cmpint(ev.error_count, ==, 0);
+    for (guint i = 0; i < ev.events->len; i++) {
+        e = &g_array_index(ev.events, JobEvent, i);
+        if (e->type == JOB_EVENT_RECONNECTING && !e->reconnecting) {
+            g_assert_cmpint(e->error, ==, 0);
+            g_assert_cmpint(e->elapsed_ns, >, 0);
+        }
+    }
+    g_assert_true(g_file_get_contents(k->disk, &out, &len, NULL));
+    g_assert_cmpint(len, ==, DISK_SIZE);
+    g_assert_true(memcmp(out, data, DISK_SIZE) == 0);
+
+    job_unref(job);
+    test_job_events_clear(&ev);
+    bdrv_unref(src);
+    bdrv_unref(dst);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/nbd/reconnect/restart-unix", test_restart_unix);
+    g_test_add_func("/nbd/reconnect/restart-unix-multiconn",
+                    test_restart_unix_multiconn);
+    g_test_add_func("/nbd/reconnect/restart-tcp", test_restart_tcp);
+    g_test_add_func("/nbd/reconnect/size-changed", test_size_changed);
+    g_test_add_func("/nbd/reconnect/delay-expires", test_delay_expires);
+    g_test_add_func("/nbd/reconnect/delay-zero", test_delay_zero);
+    g_test_add_func("/nbd/reconnect/uri-wins", test_uri_wins);
+    g_test_add_func("/nbd/reconnect/count-null", test_count_null);
+    g_test_add_func("/nbd/reconnect/mirror-target",
+                    test_mirror_target_restart);
+    return g_test_run();
+}
