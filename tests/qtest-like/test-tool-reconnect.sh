@@ -91,6 +91,13 @@ not_running()
     ! kill -0 "$1" 2>/dev/null
 }
 
+# written_at_least FILE BYTES: FILE has at least BYTES of storage (the
+# progress of a copy into a sparse file, seen from outside).
+written_at_least()
+{
+    [ "$(allocated_bytes "$1")" -ge "$2" ]
+}
+
 # now_ms: the wall clock in milliseconds.
 now_ms()
 {
@@ -390,6 +397,45 @@ serve c5t c5-big.raw
 tool_wait c5 1
 stderr_has "export size changed" "the target '$tgt' is incomplete"
 ok "the server comes back with another size: exit 1, target incomplete"
+
+# The same with --json (start) and -q (convert), where no "not
+# reconnected" line is printed: the last line must say why by itself.
+# Known bug (BUGS-for-recon.md): it says "Input/output error"; a TODO
+# until fixed (TAP then reports an unexpected pass: drop the TODO).
+new_pair c5j
+serve c5jt c5j-t.raw
+tool_bg c5j "$T" start --json --speed 8M --reconnect-delay 30 c5j.raw "$tgt"
+wait_for 30 "c5j: 4 MiB copied" written_at_least c5j-t.raw $((4 * MiB))
+stop_server c5jt
+wait_for 30 "c5j: BLOCK_JOB_RECONNECTING" event_seen c5j.out \
+    BLOCK_JOB_RECONNECTING reconnecting=true node='"target"'
+serve c5jt c5-big.raw
+tool_wait c5j 1
+event_seen c5j.out BLOCK_JOB_RECONNECTING reconnecting=false \
+    error='"export size changed from 33554432 to 50331648"' ||
+    fail "c5j: the event does not say why: $(cat c5j.out)"
+why=ok
+grep -q "export size changed.*the target '$tgt' is incomplete" \
+    "$last_err" || why="start --json: $(grep incomplete "$last_err")"
+stop_server c5jt
+# convert -q from a source that comes back bigger: the order of the
+# restart and the driver's noticing the break does not matter.
+cp base.raw c5q.raw
+start_nbdkit c5qs file "$scratch/c5q.raw"
+tool_bg c5q "$T" convert -q -r 8M --reconnect-delay 30 "$uri" c5q-out.raw
+wait_for 30 "c5q: 4 MiB copied" written_at_least c5q-out.raw $((4 * MiB))
+stop_server c5qs
+start_nbdkit c5qs file "$scratch/c5-big.raw"
+tool_wait c5q 1
+grep -q "export size changed.*the target 'c5q-out.raw' is incomplete" \
+    "$last_err" || why="$why; convert -q: $(grep incomplete "$last_err")"
+stop_server c5qs
+if [ "$why" = ok ]; then
+    ok "size changed, --json / -q: the last line says so # TODO recon bug 1"
+else
+    not_ok "size changed, --json / -q: the last line says so" \
+        "# TODO recon bug 1: ${why#ok; }"
+fi
 
 # --- 6. the server stays away past --reconnect-delay ------------------------
 new_pair c6
