@@ -227,15 +227,21 @@ fio_start()
     wait_for 20 "fio ($1) to write" mtime_changed "$src" "$before"
 }
 
-# fio_stop NAME: stop fio (SIGINT: it reports and exits); it must still
-# have been running, and report no error and bytes moved (read too for
-# randrw).
+# fio_stop NAME: stop fio (SIGINT: it reports and exits 128, its code
+# for "interrupted"); it must still have been running, print no error,
+# and report no error and bytes moved (read too for randrw).
 fio_stop()
 {
+    local rc
     not_running $fio_pid && fail "fio ($1) ended early: $(cat "$1.fio.err")"
     kill -INT $fio_pid
     wait $fio_pid
+    rc=$?
     untrack_pid $fio_pid
+    [ $rc = 128 ] || [ $rc = 0 ] ||
+        fail "fio ($1) exited $rc: $(cat "$1.fio.err")"
+    grep -Eqi 'error|err=' "$1.fio.err" &&
+        fail "fio ($1): $(cat "$1.fio.err")"
     python3 - "$1.fio" <<'EOF' || fail "fio ($1): $(cat "$1.fio.err" "$1.fio")"
 import json, sys
 text = open(sys.argv[1]).read()      # fio may put notes before the JSON
@@ -294,7 +300,7 @@ must_have "while the server is away" ready=true reconnecting=true \
 serve c2t c2-t.raw
 wait_for 30 "c2: BLOCK_JOB_RECONNECTING, back" event_seen c2.out \
     BLOCK_JOB_RECONNECTING reconnecting=false node='"target"'
-event_seen c2.out BLOCK_JOB_RECONNECTING error=* &&
+event_seen c2.out BLOCK_JOB_RECONNECTING 'error=*' &&
     fail "c2: the reconnection carried an error: $(cat c2.out)"
 grep -q 'connection lost' c2.err && fail "c2: a stderr line with --json"
 fio_stop c2
@@ -452,15 +458,15 @@ mid_bulk
 # The guest is served while the job waits for the target.
 before=$(stat -c %y c6.raw)
 wait_for 10 "c6: the guest to write" mtime_changed c6.raw "$before"
-expect_ok $TMO qemu-io -f raw -c 'read 0 1M' "$exp"
 event_seen c6.out BLOCK_JOB_RECONNECTING reconnecting=false &&
     fail "c6: gave up within moments of a 2 s --reconnect-delay"
+expect_ok $TMO qemu-io -f raw -c 'read 0 1M' "$exp"
 wait_for 30 "c6: the job to give up" event_seen c6.out \
-    BLOCK_JOB_RECONNECTING reconnecting=false error=*
+    BLOCK_JOB_RECONNECTING reconnecting=false 'error=*'
 ms=$(( $(now_ms) - lost_at ))
 [ "$ms" -ge 1500 ] ||
     fail "c6: gave up $ms ms after the break, --reconnect-delay 2"
-event_seen c6.out BLOCK_JOB_COMPLETED error=* ||
+event_seen c6.out BLOCK_JOB_COMPLETED 'error=*' ||
     fail "c6: no BLOCK_JOB_COMPLETED with an error: $(cat c6.out)"
 wait_for 20 "c6: the export to go on with the source" \
     grep -q 'serving the source' c6.err
