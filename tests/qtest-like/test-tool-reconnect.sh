@@ -9,7 +9,7 @@
 #  2. the target dies mid-sync (after READY), fio writing; --json carries
 #     the BLOCK_JOB_RECONNECTING events;
 #  3. the target dies mid-sync over TCP, write-blocking: the guest's
-#     writes wait for the target to come back;
+#     writes wait for the target to come back (the delay from the URI);
 #  4. a network outage between two network namespaces: the link goes down
 #     until --io-timeout declares the connection dead, then up;
 #  5. the server comes back with another size: exit 1, "export size
@@ -314,8 +314,9 @@ ok "target killed mid-sync (UNIX), fio writing: events, target == source"
 new_pair c3
 port=$(free_tcp_port)
 start_nbdkit_tcp c3t 127.0.0.1 "$port" file "$scratch/c3-t.raw"
-tgt=$uri
-job_start c3 "$tgt" --copy-mode write-blocking --reconnect-delay 30
+# The URI's reconnect-delay wins over the option's "never".
+tgt="${uri}?reconnect-delay=30"
+job_start c3 "$tgt" --copy-mode write-blocking --reconnect-delay 0
 fio_start c3 randwrite
 job_go
 wait_for 60 "c3: READY" job_has ready=true
@@ -331,7 +332,7 @@ job_complete
 job_quit 0
 stop_server c3t
 verify c3
-ok "target killed mid-sync (TCP), write-blocking guest: target == source"
+ok "target killed mid-sync (TCP, ?reconnect-delay=), write-blocking: cmp"
 
 # --- jobs without QMP: progress from -p --------------------------------------
 
