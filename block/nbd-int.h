@@ -262,6 +262,18 @@ int64_t nbdblk_conn_stall_left(NbdBlkConn *c);
 
 /* ---- nbd-source.c ---- */
 
+/* One fd a GSource polls, as libnbd wants it now. */
+typedef struct NbdBlkFdWatch {
+    int fd;                     /* -1: none */
+    gpointer tag;               /* from g_source_add_unix_fd() */
+    GIOCondition events;
+} NbdBlkFdWatch;
+
+/* Make @src poll @fd (-1: nothing) for @events through @w: the watch is
+ * added, moved to another fd or changed as needed. */
+void nbdblk_fd_watch_set(GSource *src, NbdBlkFdWatch *w, int fd,
+                         GIOCondition events);
+
 /* Attach a GSource for @c to the thread-default main context. */
 void nbdblk_source_attach(NbdBlkConn *c);
 
@@ -318,8 +330,12 @@ void nbdblk_spread_done(NbdBlkReq *req);
  */
 bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why);
 
-/* Connection @c of several died and was retired: make it again in the
- * background (once, for at most reconnect-delay). */
+/*
+ * Connection @c of several died and was retired: make it again in the
+ * background (once per retirement, for at most reconnect-delay) unless
+ * reconnect-delay is 0 or a reconnect is under way.  @c NULL: the first
+ * retired connection not tried yet, if any (after a reconnect ended).
+ */
 void nbdblk_reconnect_retired(NbdBlkState *s, NbdBlkConn *c);
 
 /* Is every connection down and the node reconnecting? */

@@ -58,9 +58,7 @@
 typedef struct NbdBlkRcSource {
     GSource source;             /* must be first */
     NbdBlkState *s;
-    int fd;                     /* the fd being polled, -1 none */
-    gpointer tag;
-    GIOCondition events;
+    NbdBlkFdWatch watch;
 } NbdBlkRcSource;
 
 static void nbdblk_rc_step(NbdBlkState *s);
@@ -82,20 +80,14 @@ static void nbdblk_rc_source_update(NbdBlkRcSource *rs)
         events = (dir & LIBNBD_AIO_DIRECTION_READ ? G_IO_IN : 0) |
                  (dir & LIBNBD_AIO_DIRECTION_WRITE ? G_IO_OUT : 0);
     }
-    if (fd != rs->fd) {
-        if (rs->tag) {
-            g_source_remove_unix_fd(&rs->source, rs->tag);
-            rs->tag = NULL;
-        }
-        rs->fd = fd;
-        if (fd >= 0) {
-            rs->tag = g_source_add_unix_fd(&rs->source, fd, events);
-        }
-        rs->events = events;
-    } else if (rs->tag && events != rs->events) {
-        g_source_modify_unix_fd(&rs->source, rs->tag, events);
-        rs->events = events;
-    }
+    nbdblk_fd_watch_set(&rs->source, &rs->watch, fd, events);
+}
+
+/* Is what the dead connection had settled, so that the new handle may
+ * take its place? */
+static bool nbdblk_rc_can_join(NbdBlkState *s)
+{
+    return !nbdblk_done_pending(s) && s->conns[s->rc.slot].in_flight == 0;
 }
 
 /* When the reconnect must look again without the fd: a timer. */
@@ -111,7 +103,7 @@ static int64_t nbdblk_rc_wake_ns(NbdBlkState *s)
     case NBDBLK_RC_FLUSH:
         return rc->deadline_ns;
     case NBDBLK_RC_JOIN:
-        return nbdblk_done_pending(s) ? rc->deadline_ns : 0;
+        return nbdblk_rc_can_join(s) ? 0 : rc->deadline_ns;
     default:
         return 0;
     }
@@ -135,7 +127,7 @@ static gboolean nbdblk_rc_check(GSource *src)
 {
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
 
-    return (rs->tag && g_source_query_unix_fd(src, rs->tag)) ||
+    return (rs->watch.tag && g_source_query_unix_fd(src, rs->watch.tag)) ||
            nbdblk_rc_wake_ns(rs->s) <= clock_ns();
 }
 
@@ -144,8 +136,8 @@ static gboolean nbdblk_rc_dispatch(GSource *src, GSourceFunc func,
 {
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
     NbdBlkState *s = rs->s;
-    GIOCondition revents = rs->tag ? g_source_query_unix_fd(src, rs->tag)
-                                   : 0;
+    GIOCondition revents = rs->watch.tag
+                           ? g_source_query_unix_fd(src, rs->watch.tag) : 0;
     struct nbd_handle *h = s->rc.conn.h;
 
     if (h && revents) {
@@ -180,7 +172,7 @@ static void nbdblk_rc_source_attach(NbdBlkState *s)
     NbdBlkRcSource *rs = (NbdBlkRcSource *)src;
 
     rs->s = s;
-    rs->fd = -1;
+    rs->watch.fd = -1;
     g_source_set_name(src, "nbdblk-reconnect");
     g_source_attach(src, g_main_context_get_thread_default());
     s->rc.source = src;
@@ -364,7 +356,7 @@ static void nbdblk_rc_join(NbdBlkState *s)
         .elapsed_ns = clock_ns() - rc->since_ns,
     };
 
-    g_assert(c->dead && c->in_flight == 0 && !c->sender);
+    g_assert(c->dead && !c->sender);
     nbdblk_source_destroy(c);
     nbdblk_conn_close(c);
     g_clear_pointer(&c->lost_why, g_free);
@@ -382,6 +374,10 @@ static void nbdblk_rc_join(NbdBlkState *s)
             rc->slot, ev.elapsed_ns / 1e9);
     nbdblk_rc_end(s);
     if (all_down) {
+        /* The server is back: each retired connection gets a try. */
+        for (int i = 0; i < s->nr_conns; i++) {
+            s->conns[i].rc_tried = false;
+        }
         bdrv_notify_event(s->bs, &ev);
     }
     nbdblk_pump(s);
@@ -397,7 +393,8 @@ static void nbdblk_rc_step(NbdBlkState *s)
     if (rc->phase == NBDBLK_RC_IDLE) {
         return;
     }
-    if (now >= rc->deadline_ns && rc->phase != NBDBLK_RC_JOIN) {
+    if (now >= rc->deadline_ns &&
+        !(rc->phase == NBDBLK_RC_JOIN && nbdblk_rc_can_join(s))) {
         g_autofree char *why = g_strdup_printf(
             "no connection within %d s (reconnect-delay)%s%s",
             s->reconnect_delay, rc->last_error ? ": " : "",
@@ -441,7 +438,7 @@ static void nbdblk_rc_step(NbdBlkState *s)
         break;
     }
     /* Joins once what the dead connection had is settled. */
-    if (rc->phase == NBDBLK_RC_JOIN && !nbdblk_done_pending(s)) {
+    if (rc->phase == NBDBLK_RC_JOIN && nbdblk_rc_can_join(s)) {
         nbdblk_rc_join(s);
     }
 }
@@ -488,7 +485,16 @@ bool nbdblk_reconnect_begin(NbdBlkState *s, int err, const char *why)
     if (rc->phase == NBDBLK_RC_IDLE) {
         nbdblk_rc_start(s, 0);
     }
-    /* A background attempt becomes the node's, with the full delay. */
+    /* A background attempt becomes the node's, with the full delay; one
+     * that was about to join flushes first (nbdblk_rc_connected()). */
+    if (rc->phase == NBDBLK_RC_JOIN) {
+        rc->phase = NBDBLK_RC_CONNECT;
+        rc->try_end_ns = 0;
+    } else if (rc->phase == NBDBLK_RC_WAIT) {
+        /* The node waits now: no more backing off from before. */
+        rc->next_try_ns = clock_ns();
+        rc->backoff_ns = NBDBLK_RC_BACKOFF_MIN_NS;
+    }
     rc->all_down = true;
     rc->err = err;
     rc->since_ns = clock_ns();

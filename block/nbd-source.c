@@ -17,15 +17,33 @@
 #include "block/nbd-int.h"
 
 #include <errno.h>
+#include <string.h>
 
 typedef struct NbdBlkSource {
     GSource source;             /* must be first */
     NbdBlkConn *conn;
-    int fd;                     /* the fd being polled, -1 none */
-    gpointer tag;               /* from g_source_add_unix_fd() */
-    GIOCondition events;
+    NbdBlkFdWatch watch;
     bool dispatching;
 } NbdBlkSource;
+
+void nbdblk_fd_watch_set(GSource *src, NbdBlkFdWatch *w, int fd,
+                         GIOCondition events)
+{
+    if (fd != w->fd) {
+        if (w->tag) {
+            g_source_remove_unix_fd(src, w->tag);
+            w->tag = NULL;
+        }
+        w->fd = fd;
+        if (fd >= 0) {
+            w->tag = g_source_add_unix_fd(src, fd, events);
+        }
+        w->events = events;
+    } else if (w->tag && events != w->events) {
+        g_source_modify_unix_fd(src, w->tag, events);
+        w->events = events;
+    }
+}
 
 /* Poll what libnbd wants now: its fd may change, its direction does. */
 static void nbdblk_source_update(NbdBlkSource *ns)
@@ -45,20 +63,7 @@ static void nbdblk_source_update(NbdBlkSource *ns)
             events |= G_IO_OUT;
         }
     }
-    if (fd != ns->fd) {
-        if (ns->tag) {
-            g_source_remove_unix_fd(&ns->source, ns->tag);
-            ns->tag = NULL;
-        }
-        ns->fd = fd;
-        if (fd >= 0) {
-            ns->tag = g_source_add_unix_fd(&ns->source, fd, events);
-        }
-        ns->events = events;
-    } else if (ns->tag && events != ns->events) {
-        g_source_modify_unix_fd(&ns->source, ns->tag, events);
-        ns->events = events;
-    }
+    nbdblk_fd_watch_set(&ns->source, &ns->watch, fd, events);
 }
 
 static gboolean nbdblk_source_prepare(GSource *src, gint *timeout)
@@ -86,7 +91,7 @@ static gboolean nbdblk_source_check(GSource *src)
 {
     NbdBlkSource *ns = (NbdBlkSource *)src;
 
-    return (ns->tag && g_source_query_unix_fd(src, ns->tag)) ||
+    return (ns->watch.tag && g_source_query_unix_fd(src, ns->watch.tag)) ||
            nbdblk_done_pending(ns->conn->s) ||
            nbdblk_conn_stall_left(ns->conn) <= 0;
 }
@@ -96,8 +101,8 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
 {
     NbdBlkSource *ns = (NbdBlkSource *)src;
     NbdBlkConn *c = ns->conn;
-    GIOCondition revents = ns->tag ? g_source_query_unix_fd(src, ns->tag)
-                                   : 0;
+    GIOCondition revents = ns->watch.tag
+                           ? g_source_query_unix_fd(src, ns->watch.tag) : 0;
 
     if (ns->dispatching) {
         return G_SOURCE_CONTINUE;       /* see nbdblk_source_attach() */
@@ -134,8 +139,13 @@ static gboolean nbdblk_source_dispatch(GSource *src, GSourceFunc func,
             r = nbd_aio_notify_write(c->h);
         }
         if (r < 0 && !c->lost_why && nbd_get_error()) {
-            /* How it died, in libnbd's words, for the reconnect. */
-            c->lost_why = g_strdup(nbd_get_error());
+            /* How it died, in libnbd's words less the call's name
+             * ("nbd_aio_notify_read: "), for the reconnect. */
+            const char *why = nbd_get_error();
+            const char *colon = strstr(why, ": ");
+
+            c->lost_why = g_strdup(g_str_has_prefix(why, "nbd_") && colon
+                                   ? colon + 2 : why);
         }
         if (c->sender &&
             (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
@@ -163,7 +173,7 @@ void nbdblk_source_attach(NbdBlkConn *c)
     g_autofree char *name = g_strdup_printf("nbdblk-%d", c->index);
 
     ns->conn = c;
-    ns->fd = -1;
+    ns->watch.fd = -1;
     g_source_set_name(src, name);
     /*
      * GLib blocks a source while it dispatches it: it takes the source's

@@ -202,11 +202,11 @@ static void kit_start(Kit *k, const char *first, ...)
     g_error("nbdkit did not start within 20 s");
 }
 
-/* SIGKILL (no goodbye to the clients) and reap; the socket file goes. */
-static void kit_kill(Kit *k)
+/* Send @sig and reap; the socket file goes. */
+static void kit_stop(Kit *k, int sig)
 {
     if (k->pid) {
-        kill(k->pid, SIGKILL);
+        kill(k->pid, sig);
         waitpid(k->pid, NULL, 0);
         g_spawn_close_pid(k->pid);
         k->pid = 0;
@@ -216,8 +216,17 @@ static void kit_kill(Kit *k)
     }
 }
 
+/* SIGKILL: no goodbye to the clients. */
+static void kit_kill(Kit *k)
+{
+    kit_stop(k, SIGKILL);
+}
+
 static void kit_free(Kit *k)
 {
+    if (!k) {
+        return;
+    }
     kit_kill(k);
     test_scratch_free(k->dir);
     g_free(k->sock);
@@ -327,15 +336,236 @@ static void batch_assert_disk(Batch *b, const char *disk)
 /* ---- the tests ---- */
 
 /*
+ * A node on a fresh nbdkit (file plugin on a zeroed DISK_SIZE file,
+ * writes delayed 100 ms), opened with reconnect-delay @delay (and
+ * connections @conns; @uri_tail appended to the URI), its node events in
+ * seen, and NR_WRITES writes submitted (pattern @seed), @k of them done.
+ */
+typedef struct Scene {
+    Kit *k;
+    char *file;                 /* "file=PATH" */
+    BlockDriverState *bs;
+    Seen seen;
+    Batch b;
+} Scene;
+
+static bool scene_start(Scene *sc, bool tcp, const char *uri_tail,
+                        const char *delay, const char *conns, uint32_t seed,
+                        int k)
+{
+    g_autofree char *uri = NULL;
+
+    *sc = (Scene) { 0 };
+    if (!have_nbdkit()) {
+        return false;
+    }
+    sc->k = kit_new(tcp);
+    sc->file = kit_disk(sc->k, DISK_SIZE);
+    kit_start(sc->k, "--filter=delay", "file", sc->file, "wdelay=100ms",
+              NULL);
+    uri = g_strconcat(sc->k->uri, uri_tail, NULL);
+    sc->bs = open_rc(uri, delay, conns);
+    bdrv_add_event_listener(sc->bs, seen_cb, &sc->seen);
+    batch_submit(&sc->b, sc->bs, NR_WRITES, WRITE_SIZE, seed);
+    batch_wait(&sc->b, k, 60);
+    g_assert_cmpint(sc->b.done, <, NR_WRITES);
+    return true;
+}
+
+static void scene_end(Scene *sc)
+{
+    bdrv_remove_event_listener(sc->bs, seen_cb, &sc->seen);
+    bdrv_unref(sc->bs);
+    kit_free(sc->k);
+    g_free(sc->file);
+    g_free(sc->b.data);
+    g_free(sc->seen.reason);
+}
+
+/* Every write of the batch done; the later ones all with @ret, the
+ * earlier ones with 0 or @ret. */
+static void scene_assert_writes(Scene *sc, int ret)
+{
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_true(sc->b.p[i].ret == 0 || sc->b.p[i].ret == ret);
+    }
+    g_assert_cmpint(sc->b.p[NR_WRITES - 1].ret, ==, ret);
+}
+
+static int want_conns;
+
+static bool all_active(void *opaque)
+{
+    return nbdblk_get_active_connections(opaque) == want_conns;
+}
+
+/*
  * nbdkit killed with writes in flight, started again on the same address
  * while the node holds them: every write succeeds, the node says
  * RECONNECTING then RECONNECTED, and the file holds every byte.
  */
-static void restart_in_flight(bool tcp, const char *conns)
+static void restart_in_flight(bool tcp, const char *conns, int sig)
+{
+    g_autofree char *info = NULL;
+    Scene sc;
+
+    if (!scene_start(&sc, tcp, "", "30", conns, 1, 4)) {
+        return;
+    }
+    kit_stop(sc.k, sig);
+    wait_for(seen_lost, &sc.seen, 30);
+    g_assert_cmpint(sc.seen.reconnected + sc.seen.failed, ==, 0);
+    g_assert_true(bdrv_is_reconnecting(sc.bs));
+    g_test_message("lost: %s", sc.seen.reason);
+    info = g_strdup_printf("state: reconnecting (%s)", sc.seen.reason);
+    g_assert_true(info_has(sc.bs, info));
+    /* Nothing failed meanwhile: the rest are held. */
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_true(!sc.b.p[i].done || sc.b.p[i].ret == 0);
+    }
+    kit_start(sc.k, "file", sc.file, NULL);
+    batch_wait(&sc.b, NR_WRITES, 60);
+    scene_assert_writes(&sc, 0);
+    g_assert_cmpint(sc.seen.reconnected, ==, 1);
+    g_assert_cmpint(sc.seen.failed, ==, 0);
+    g_assert_false(bdrv_is_reconnecting(sc.bs));
+    g_assert_cmpuint(bdrv_get_reconnects(sc.bs), ==, 1);
+    g_assert_cmpint(test_flush(sc.bs), ==, 0);
+    batch_assert_disk(&sc.b, sc.k->disk);
+    /* The other connections are made again in the background. */
+    want_conns = nbdblk_get_connections(sc.bs);
+    wait_for(all_active, sc.bs, 30);
+    scene_end(&sc);
+}
+
+static void test_restart_unix(void)
+{
+    restart_in_flight(false, "1", SIGKILL);
+}
+
+static void test_restart_unix_multiconn(void)
+{
+    restart_in_flight(false, "2", SIGKILL);
+}
+
+static void test_restart_tcp(void)
+{
+    restart_in_flight(true, NULL, SIGKILL);
+}
+
+/* SIGTERM: nbdkit answers what it holds with NBD_ESHUTDOWN, then goes. */
+static void test_restart_sigterm(void)
+{
+    restart_in_flight(false, "2", SIGTERM);
+}
+
+/* Started again with another size: a hard error, no retry. */
+static void test_size_changed(void)
+{
+    g_autofree char *line = NULL;
+    g_autofree char *info = NULL;
+    uint8_t buf[4096] = { 0 };
+    Scene sc;
+
+    if (!scene_start(&sc, false, "", "30", "1", 2, 2)) {
+        return;
+    }
+    kit_kill(sc.k);
+    wait_for(seen_lost, &sc.seen, 30);
+    g_free(kit_disk(sc.k, DISK_SIZE * 2));
+    kit_start(sc.k, "file", sc.file, NULL);
+    batch_wait(&sc.b, NR_WRITES, 60);
+    scene_assert_writes(&sc, -EIO);
+    g_assert_cmpint(sc.seen.failed, ==, 1);
+    g_assert_cmpint(sc.seen.reconnected, ==, 0);
+    g_assert_cmpint(sc.seen.error, ==, EIO);
+    line = g_strdup_printf("export size changed from %d to %d",
+                           (int)DISK_SIZE, (int)DISK_SIZE * 2);
+    g_assert_cmpstr(sc.seen.reason, ==, line);
+    info = g_strdup_printf("state: failed (%s)", line);
+    g_assert_true(info_has(sc.bs, info));
+    /* For good: later requests fail too, with no new attempt. */
+    g_assert_cmpint(test_pread(sc.bs, 0, sizeof(buf), buf), ==, -EIO);
+    g_assert_cmpint(sc.seen.reconnecting, ==, 1);
+    scene_end(&sc);
+}
+
+/* Nobody comes back: past the delay the held requests fail with the
+ * error that broke the connection, and so does every later one. */
+static void test_delay_expires(void)
+{
+    uint8_t buf[4096] = { 0 };
+    gint64 t0;
+    Scene sc;
+
+    if (!scene_start(&sc, false, "", "1", "1", 3, 2)) {
+        return;
+    }
+    kit_kill(sc.k);
+    wait_for(seen_lost, &sc.seen, 30);
+    t0 = g_get_monotonic_time();
+    batch_wait(&sc.b, NR_WRITES, 60);
+    /* The delay (1 s) went by first; generous on a busy machine. */
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 900 * 1000);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 20 * G_USEC_PER_SEC);
+    scene_assert_writes(&sc, -ENOTCONN);
+    g_assert_cmpint(sc.seen.failed, ==, 1);
+    g_assert_cmpint(sc.seen.error, ==, ENOTCONN);
+    g_assert_nonnull(strstr(sc.seen.reason, "no connection within 1 s "
+                            "(reconnect-delay)"));
+    g_assert_false(bdrv_is_reconnecting(sc.bs));
+    g_assert_cmpint(test_pread(sc.bs, 0, sizeof(buf), buf), ==, -ENOTCONN);
+    scene_end(&sc);
+}
+
+/* reconnect-delay=0: as before, the requests fail at once, no event. */
+static void test_delay_zero(void)
+{
+    gint64 t0;
+    Scene sc;
+
+    if (!scene_start(&sc, false, "", "0", "1", 4, 2)) {
+        return;
+    }
+    t0 = g_get_monotonic_time();
+    kit_kill(sc.k);
+    batch_wait(&sc.b, NR_WRITES, 60);
+    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
+    scene_assert_writes(&sc, -ENOTCONN);
+    g_assert_cmpint(sc.seen.reconnecting + sc.seen.reconnected +
+                    sc.seen.failed, ==, 0);
+    /* A server there again changes nothing. */
+    kit_start(sc.k, "file", sc.file, NULL);
+    g_assert_cmpint(test_flush(sc.bs), ==, -ENOTCONN);
+    scene_end(&sc);
+}
+
+/* The URI's reconnect-delay= wins over the node option. */
+static void test_uri_wins(void)
+{
+    Scene sc;
+
+    if (!scene_start(&sc, false, "&reconnect-delay=0", "30", "1", 5, 2)) {
+        return;
+    }
+    kit_kill(sc.k);
+    batch_wait(&sc.b, NR_WRITES, 60);
+    scene_assert_writes(&sc, -ENOTCONN);
+    g_assert_cmpint(sc.seen.reconnecting, ==, 0);
+    scene_end(&sc);
+}
+
+/*
+ * A server that stops answering (SIGSTOP): io-timeout shuts the
+ * connection down and the node reconnects (ETIMEDOUT, not a failure);
+ * once the server runs again, the held writes complete.
+ */
+static void test_io_timeout_stall(void)
 {
     g_autoptr(Kit) k = NULL;
+    g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+    g_autoptr(GError) err = NULL;
     g_autofree char *file = NULL;
-    g_autofree char *info = NULL;
     BlockDriverState *bs;
     Seen seen = { 0 };
     Batch b;
@@ -343,35 +573,27 @@ static void restart_in_flight(bool tcp, const char *conns)
     if (!have_nbdkit()) {
         return;
     }
-    k = kit_new(tcp);
+    k = kit_new(false);
     file = kit_disk(k, DISK_SIZE);
-    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
-    bs = open_rc(k->uri, "30", conns);
+    kit_start(k, "file", file, NULL);
+    g_hash_table_insert(opts, "reconnect-delay", "60");
+    g_hash_table_insert(opts, "io-timeout", "1");
+    g_hash_table_insert(opts, "connections", "1");
+    bs = bdrv_open(k->uri, NULL, BDRV_O_RDWR, opts, &err);
+    g_assert_no_error(err);
     bdrv_add_event_listener(bs, seen_cb, &seen);
 
-    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 1);
-    batch_wait(&b, 4, 60);
-    g_assert_cmpint(b.done, <, NR_WRITES);
-    kit_kill(k);
+    g_assert_cmpint(kill(k->pid, SIGSTOP), ==, 0);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 8);
     wait_for(seen_lost, &seen, 30);
-    g_assert_cmpint(seen.reconnected + seen.failed, ==, 0);
-    g_assert_true(bdrv_is_reconnecting(bs));
-    g_test_message("lost: %s", seen.reason);
-    info = g_strdup_printf("state: reconnecting (%s)", seen.reason);
-    g_assert_true(info_has(bs, info));
-    /* Nothing failed meanwhile: the rest are held. */
-    for (int i = 0; i < NR_WRITES; i++) {
-        g_assert_true(!b.p[i].done || b.p[i].ret == 0);
-    }
-    kit_start(k, "file", file, NULL);
+    g_assert_cmpstr(seen.reason, ==, "no reply for 1 s, io-timeout");
+    g_assert_cmpint(b.done, ==, 0);
+    g_assert_cmpint(kill(k->pid, SIGCONT), ==, 0);
     batch_wait(&b, NR_WRITES, 60);
     for (int i = 0; i < NR_WRITES; i++) {
         g_assert_cmpint(b.p[i].ret, ==, 0);
     }
     g_assert_cmpint(seen.reconnected, ==, 1);
-    g_assert_cmpint(seen.failed, ==, 0);
-    g_assert_false(bdrv_is_reconnecting(bs));
-    g_assert_cmpuint(bdrv_get_reconnects(bs), ==, 1);
     g_assert_cmpint(test_flush(bs), ==, 0);
     batch_assert_disk(&b, k->disk);
 
@@ -379,184 +601,6 @@ static void restart_in_flight(bool tcp, const char *conns)
     bdrv_unref(bs);
     g_free(b.data);
     g_free(seen.reason);
-}
-
-static void test_restart_unix(void)
-{
-    restart_in_flight(false, "1");
-}
-
-static void test_restart_unix_multiconn(void)
-{
-    restart_in_flight(false, "2");
-}
-
-static void test_restart_tcp(void)
-{
-    restart_in_flight(true, NULL);
-}
-
-/* Started again with another size: a hard error, no retry. */
-static void test_size_changed(void)
-{
-    g_autoptr(Kit) k = NULL;
-    g_autofree char *file = NULL;
-    g_autofree char *line = NULL;
-    BlockDriverState *bs;
-    Seen seen = { 0 };
-    uint8_t buf[4096] = { 0 };
-    Batch b;
-
-    if (!have_nbdkit()) {
-        return;
-    }
-    k = kit_new(false);
-    file = kit_disk(k, DISK_SIZE);
-    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
-    bs = open_rc(k->uri, "30", "1");
-    bdrv_add_event_listener(bs, seen_cb, &seen);
-    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 2);
-    batch_wait(&b, 2, 60);
-    kit_kill(k);
-    wait_for(seen_lost, &seen, 30);
-    g_free(kit_disk(k, DISK_SIZE * 2));
-    kit_start(k, "file", file, NULL);
-    batch_wait(&b, NR_WRITES, 60);
-    for (int i = 0; i < NR_WRITES; i++) {
-        g_assert_true(b.p[i].ret == 0 || b.p[i].ret == -EIO);
-    }
-    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -EIO);
-    g_assert_cmpint(seen.failed, ==, 1);
-    g_assert_cmpint(seen.reconnected, ==, 0);
-    g_assert_cmpint(seen.error, ==, EIO);
-    line = g_strdup_printf("export size changed from %d to %d",
-                           (int)DISK_SIZE, (int)DISK_SIZE * 2);
-    g_assert_cmpstr(seen.reason, ==, line);
-    g_free(line);
-    line = g_strdup_printf("state: failed (export size changed from %d to "
-                           "%d)", (int)DISK_SIZE, (int)DISK_SIZE * 2);
-    g_assert_true(info_has(bs, line));
-    /* For good: later requests fail too, with no new attempt. */
-    g_assert_cmpint(test_pread(bs, 0, sizeof(buf), buf), ==, -EIO);
-    g_assert_cmpint(seen.reconnecting, ==, 1);
-
-    bdrv_remove_event_listener(bs, seen_cb, &seen);
-    bdrv_unref(bs);
-    g_free(b.data);
-    g_free(seen.reason);
-}
-
-/* Nobody comes back: past the delay the held requests fail with the
- * error that broke the connection, and so does every later one. */
-static void test_delay_expires(void)
-{
-    g_autoptr(Kit) k = NULL;
-    g_autofree char *file = NULL;
-    BlockDriverState *bs;
-    Seen seen = { 0 };
-    uint8_t buf[4096] = { 0 };
-    gint64 t0;
-    Batch b;
-
-    if (!have_nbdkit()) {
-        return;
-    }
-    k = kit_new(false);
-    file = kit_disk(k, DISK_SIZE);
-    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
-    bs = open_rc(k->uri, "1", "1");
-    bdrv_add_event_listener(bs, seen_cb, &seen);
-    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 3);
-    batch_wait(&b, 2, 60);
-    kit_kill(k);
-    wait_for(seen_lost, &seen, 30);
-    t0 = g_get_monotonic_time();
-    batch_wait(&b, NR_WRITES, 60);
-    /* The delay (1 s) went by first; generous on a busy machine. */
-    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 900 * 1000);
-    g_assert_cmpint(g_get_monotonic_time() - t0, <, 20 * G_USEC_PER_SEC);
-    for (int i = 0; i < NR_WRITES; i++) {
-        g_assert_true(b.p[i].ret == 0 || b.p[i].ret == -ENOTCONN);
-    }
-    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
-    g_assert_cmpint(seen.failed, ==, 1);
-    g_assert_cmpint(seen.error, ==, ENOTCONN);
-    g_assert_nonnull(strstr(seen.reason, "no connection within 1 s "
-                            "(reconnect-delay)"));
-    g_assert_false(bdrv_is_reconnecting(bs));
-    g_assert_cmpint(test_pread(bs, 0, sizeof(buf), buf), ==, -ENOTCONN);
-
-    bdrv_remove_event_listener(bs, seen_cb, &seen);
-    bdrv_unref(bs);
-    g_free(b.data);
-    g_free(seen.reason);
-}
-
-/* reconnect-delay=0: as before, the requests fail at once, no event. */
-static void test_delay_zero(void)
-{
-    g_autoptr(Kit) k = NULL;
-    g_autofree char *file = NULL;
-    BlockDriverState *bs;
-    Seen seen = { 0 };
-    gint64 t0;
-    Batch b;
-
-    if (!have_nbdkit()) {
-        return;
-    }
-    k = kit_new(false);
-    file = kit_disk(k, DISK_SIZE);
-    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
-    bs = open_rc(k->uri, "0", "1");
-    bdrv_add_event_listener(bs, seen_cb, &seen);
-    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 4);
-    batch_wait(&b, 2, 60);
-    t0 = g_get_monotonic_time();
-    kit_kill(k);
-    batch_wait(&b, NR_WRITES, 60);
-    g_assert_cmpint(g_get_monotonic_time() - t0, <, 5 * G_USEC_PER_SEC);
-    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
-    g_assert_cmpint(seen.reconnecting + seen.reconnected + seen.failed, ==,
-                    0);
-    /* A server there again changes nothing. */
-    kit_start(k, "file", file, NULL);
-    g_assert_cmpint(test_flush(bs), ==, -ENOTCONN);
-
-    bdrv_remove_event_listener(bs, seen_cb, &seen);
-    bdrv_unref(bs);
-    g_free(b.data);
-}
-
-/* The URI's reconnect-delay= wins over the node option. */
-static void test_uri_wins(void)
-{
-    g_autoptr(Kit) k = NULL;
-    g_autofree char *file = NULL;
-    g_autofree char *uri = NULL;
-    BlockDriverState *bs;
-    Seen seen = { 0 };
-    Batch b;
-
-    if (!have_nbdkit()) {
-        return;
-    }
-    k = kit_new(false);
-    file = kit_disk(k, DISK_SIZE);
-    kit_start(k, "--filter=delay", "file", file, "wdelay=20ms", NULL);
-    uri = g_strconcat(k->uri, "&reconnect-delay=0", NULL);
-    bs = open_rc(uri, "30", "1");
-    bdrv_add_event_listener(bs, seen_cb, &seen);
-    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 5);
-    batch_wait(&b, 2, 60);
-    kit_kill(k);
-    batch_wait(&b, NR_WRITES, 60);
-    g_assert_cmpint(b.p[NR_WRITES - 1].ret, ==, -ENOTCONN);
-    g_assert_cmpint(seen.reconnecting, ==, 0);
-
-    bdrv_remove_event_listener(bs, seen_cb, &seen);
-    bdrv_unref(bs);
-    g_free(b.data);
 }
 
 /* ---- counting, through our own server over a recording null node ---- */
@@ -570,6 +614,47 @@ static bool serve_while_opening(void *opaque)
     return false;
 }
 
+static bool null_has_writes(void *opaque)
+{
+    NullStats st;
+
+    null_get_stats(opaque, &st);
+    return st.requests[NULL_OP_WRITE] >= NR_WRITES / 2;
+}
+
+/* Our NBD server over a null node, and a node connected to it. */
+typedef struct OwnServer {
+    char *dir;
+    BlockDriverState *null;     /* what the server exports */
+    NbdServer *srv;
+    BlockDriverState *bs;       /* the NBD node, reconnect-delay 30 */
+} OwnServer;
+
+static void own_start(OwnServer *o, const char *null_spec, const char *conns)
+{
+    g_autofree char *addr = NULL;
+    g_autofree char *uri = NULL;
+    g_autoptr(GError) err = NULL;
+
+    o->dir = test_scratch_new();
+    addr = g_strdup_printf("unix:%s/sock", o->dir);
+    uri = g_strdup_printf("nbd+unix:///?socket=%s/sock", o->dir);
+    o->null = test_open(null_spec, NULL, BDRV_O_RDWR);
+    o->srv = nbdsrv_new(o->null, addr, NULL, false, &err);
+    g_assert_no_error(err);
+    nbdblk_set_interrupt_func(serve_while_opening, NULL);
+    o->bs = open_rc(uri, "30", conns);
+    nbdblk_set_interrupt_func(NULL, NULL);
+}
+
+static void own_end(OwnServer *o)
+{
+    bdrv_unref(o->bs);
+    nbdsrv_free(o->srv);
+    bdrv_unref(o->null);
+    test_scratch_free(o->dir);
+}
+
 /*
  * Every connection cut by the server mid-way (nbdsrv_disconnect_all()),
  * which keeps listening: after the reconnect, every write reached the
@@ -579,34 +664,24 @@ static bool serve_while_opening(void *opaque)
  */
 static void test_count_null(void)
 {
-    g_autofree char *dir = test_scratch_new();
-    g_autofree char *addr = g_strdup_printf("unix:%s/sock", dir);
-    g_autofree char *uri = g_strdup_printf("nbd+unix:///?socket=%s/sock",
-                                           dir);
-    g_autoptr(GError) err = NULL;
     g_autofree int *count = g_new0(int, NR_WRITES);
     const int64_t stride = 3 * WRITE_SIZE;      /* gaps between writes */
-    BlockDriverState *null, *bs;
-    NbdServer *srv;
+    OwnServer o;
     Seen seen = { 0 };
     GArray *rec;
     guint flush_at = G_MAXUINT, first_again = G_MAXUINT;
     int again = 0;
     Batch b;
 
-    null = test_open("null:size=64M,latency-ns=20000000,record=on", NULL,
-                     BDRV_O_RDWR);
-    srv = nbdsrv_new(null, addr, NULL, false, &err);
-    g_assert_no_error(err);
-    nbdblk_set_interrupt_func(serve_while_opening, NULL);
-    bs = open_rc(uri, "30", NULL);
-    nbdblk_set_interrupt_func(NULL, NULL);
-    bdrv_add_event_listener(bs, seen_cb, &seen);
+    own_start(&o, "null:size=64M,latency-ns=300000000,"
+              "jitter-ns=300000000,record=on", NULL);
+    bdrv_add_event_listener(o.bs, seen_cb, &seen);
 
-    batch_submit(&b, bs, NR_WRITES, stride, 6);
-    batch_wait(&b, NR_WRITES / 4, 60);
+    batch_submit(&b, o.bs, NR_WRITES, stride, 6);
+    /* Cut while the server holds half of them (each for 0.3-0.6 s). */
+    wait_for(null_has_writes, o.null, 60);
     g_assert_cmpint(b.done, <, NR_WRITES);
-    nbdsrv_disconnect_all(srv);
+    nbdsrv_disconnect_all(o.srv);
     batch_wait(&b, NR_WRITES, 60);
     for (int i = 0; i < NR_WRITES; i++) {
         g_assert_cmpint(b.p[i].ret, ==, 0);
@@ -614,7 +689,7 @@ static void test_count_null(void)
     g_assert_cmpint(seen.reconnecting, ==, 1);
     g_assert_cmpint(seen.reconnected, ==, 1);
 
-    rec = null_get_records(null);
+    rec = null_get_records(o.null);
     for (guint r = 0; r < rec->len; r++) {
         NullRecord *e = &g_array_index(rec, NullRecord, r);
         int i = e->offset / stride;
@@ -649,13 +724,10 @@ static void test_count_null(void)
     g_test_message("%d writes, %d of them written again after the cut",
                    (int)NR_WRITES, again);
 
-    bdrv_remove_event_listener(bs, seen_cb, &seen);
-    bdrv_unref(bs);
-    nbdsrv_free(srv);
-    bdrv_unref(null);
+    bdrv_remove_event_listener(o.bs, seen_cb, &seen);
+    own_end(&o);
     g_free(b.data);
     g_free(seen.reason);
-    test_scratch_free(g_steal_pointer(&dir));
 }
 
 /* ---- a mirror job whose target restarts ---- */
@@ -679,6 +751,13 @@ static bool job_reconnect_events(void *opaque)
     JobWatch *w = opaque;
 
     return w->ev->reconnect_count >= w->reconnects;
+}
+
+static bool job_is_ready(void *opaque)
+{
+    JobWatch *w = opaque;
+
+    return w->ev->ready_count > 0;
 }
 
 static void test_mirror_target_restart(void)
@@ -707,7 +786,7 @@ static void test_mirror_target_restart(void)
     test_fill_pattern(data, 0, DISK_SIZE, 7);
     g_assert_true(g_file_set_contents(src_path, (char *)data, DISK_SIZE,
                                       NULL));
-    kit_start(k, "--filter=delay", "file", file, "wdelay=50ms", NULL);
+    kit_start(k, "--filter=delay", "file", file, "wdelay=100ms", NULL);
     src = test_open(src_path, "raw", 0);
     dst = open_rc(k->uri, "30", "1");
     mirror_params_init(&p);
@@ -754,6 +833,89 @@ static void test_mirror_target_restart(void)
     bdrv_unref(dst);
 }
 
+/* ---- the job flushes again after its target reconnected ---- */
+
+typedef struct FlushWatch {
+    BlockDriverState *null;     /* the target's storage, recording */
+    int flushes_at_ready;       /* FLUSH records when READY came */
+} FlushWatch;
+
+static int count_flushes(BlockDriverState *null)
+{
+    GArray *rec = null_get_records(null);
+    int n = 0;
+
+    for (guint i = 0; i < rec->len; i++) {
+        n += g_array_index(rec, NullRecord, i).op == NULL_OP_FLUSH;
+    }
+    return n;
+}
+
+static void flush_watch_event(Job *job, const JobEvent *ev, void *opaque)
+{
+    FlushWatch *fw = opaque;
+
+    if (ev->type == JOB_EVENT_READY) {
+        fw->flushes_at_ready = count_flushes(fw->null);
+    }
+}
+
+static bool target_flushing(void *opaque)
+{
+    NullStats st;
+
+    null_get_stats(opaque, &st);
+    return st.requests[NULL_OP_FLUSH] > 0;
+}
+
+/*
+ * The connection is cut while the job's READY flush is in flight on the
+ * server: the driver reconnects, flushes, and sends the job's flush
+ * again; that one succeeds, but the target reconnected since it began,
+ * so the job flushes once more before READY: four flushes reached the
+ * storage by then (the first, cut; the driver's; the job's again; the
+ * job's next), three without the rule.
+ */
+static void test_mirror_flush_after_reconnect(void)
+{
+    g_autoptr(GError) err = NULL;
+    BlockDriverState *src;
+    TestJobEvents ev = { 0 };
+    FlushWatch fw = { 0 };
+    OwnServer o;
+    MirrorParams p;
+    JobWatch w;
+    Job *job;
+
+    own_start(&o, "null:size=8M,latency-ns=100000000,record=on", "1");
+    src = test_open("null:size=8M", NULL, 0);
+    fw.null = o.null;
+    mirror_params_init(&p);
+    p.auto_complete = false;
+    job = mirror_job_new("job0", src, o.bs, &p, &err);
+    g_assert_no_error(err);
+    test_job_events_attach(&ev, job);
+    job_add_listener(job, flush_watch_event, &fw);
+    job_start(job);
+
+    wait_for(target_flushing, o.null, 60);
+    g_assert_cmpint(ev.ready_count, ==, 0);
+    nbdsrv_disconnect_all(o.srv);
+    w = (JobWatch) { .job = job, .ev = &ev, .reconnects = 2 };
+    wait_for(job_reconnect_events, &w, 30);
+    wait_for(job_is_ready, &w, 60);
+    g_assert_cmpint(fw.flushes_at_ready, ==, 4);
+    g_assert_true(job_complete(job, &err));
+    g_assert_no_error(err);
+    test_run_until(&ev.concluded, 60);
+    g_assert_cmpint(job->ret, ==, 0);
+
+    job_unref(job);
+    test_job_events_clear(&ev);
+    bdrv_unref(src);
+    own_end(&o);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -761,12 +923,16 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/reconnect/restart-unix-multiconn",
                     test_restart_unix_multiconn);
     g_test_add_func("/nbd/reconnect/restart-tcp", test_restart_tcp);
+    g_test_add_func("/nbd/reconnect/restart-sigterm", test_restart_sigterm);
     g_test_add_func("/nbd/reconnect/size-changed", test_size_changed);
     g_test_add_func("/nbd/reconnect/delay-expires", test_delay_expires);
     g_test_add_func("/nbd/reconnect/delay-zero", test_delay_zero);
     g_test_add_func("/nbd/reconnect/uri-wins", test_uri_wins);
+    g_test_add_func("/nbd/reconnect/io-timeout", test_io_timeout_stall);
     g_test_add_func("/nbd/reconnect/count-null", test_count_null);
     g_test_add_func("/nbd/reconnect/mirror-target",
                     test_mirror_target_restart);
+    g_test_add_func("/nbd/reconnect/mirror-flush-again",
+                    test_mirror_flush_after_reconnect);
     return g_test_run();
 }
