@@ -17,7 +17,10 @@
 #  6. the server stays away past --reconnect-delay: exit 1, the target is
 #     incomplete, guests on the export saw no error meanwhile;
 #  7. convert from an NBD source whose server restarts mid-copy;
-#  8. bad --reconnect-delay values and ?reconnect-delay= in a URI: exit 2.
+#  8. bad --reconnect-delay values and ?reconnect-delay= in a URI: exit 2;
+#  9. start from an NBD source whose server restarts mid-bulk, fio
+#     writing to it through the export;
+# 10. block-job-complete while the target reconnects.
 #
 # "Mid-bulk" and "mid-copy" are decided from the job's progress (QMP's
 # offset, -p's bar) and checked while the server is away; every wait is
@@ -95,7 +98,7 @@ not_running()
 # progress of a copy into a sparse file, seen from outside).
 written_at_least()
 {
-    [ "$(allocated_bytes "$1")" -ge "$2" ]
+    [ -e "$1" ] && [ "$(allocated_bytes "$1")" -ge "$2" ]
 }
 
 # now_ms: the wall clock in milliseconds.
@@ -107,20 +110,21 @@ now_ms()
 
 # --- jobs with an export and QMP -------------------------------------------
 
-# job_start NAME DST ARGS...: `mirror-tool start --qmp NAME.qmp --qmp-wait
-# --export unix:NAME.nbd ARGS NAME.raw DST` in the background (stdout
-# NAME.out, stderr NAME.err).  The export serves at once; job_go starts
-# the job.  Sets job, src, job_pid, qmp_sock, exp.
+# job_start NAME SRC DST ARGS...: `mirror-tool start --qmp NAME.qmp
+# --qmp-wait --export unix:NAME.nbd ARGS SRC DST` in the background
+# (stdout NAME.out, stderr NAME.err); SRC is NAME.raw or a server's URI
+# on it.  The export serves at once; job_go starts the job.  Sets job,
+# src (NAME.raw), job_pid, qmp_sock, exp.
 job_start()
 {
-    local name=$1 dst=$2
-    shift 2
+    local name=$1 from=$2 dst=$3
+    shift 3
     job=$name
     src=$name.raw
     qmp_sock=$scratch/$name.qmp
     exp="nbd+unix:///?socket=$scratch/$name.nbd"
     "$T" start --qmp "$qmp_sock" --qmp-wait --export "unix:$scratch/$name.nbd" \
-        "$@" "$src" "$dst" >"$name.out" 2>"$name.err" &
+        "$@" "$from" "$dst" >"$name.out" 2>"$name.err" &
     job_pid=$!
     track_pid $job_pid
     wait_for 20 "$name: mirror-tool start to listen" listening_or_gone
@@ -263,7 +267,7 @@ verify()
 # --- 1. mid-bulk, UNIX socket, fio writing -----------------------------------
 new_pair c1
 serve c1t c1-t.raw
-job_start c1 "$tgt" --speed 8M --reconnect-delay 30
+job_start c1 c1.raw "$tgt" --speed 8M --reconnect-delay 30
 fio_start c1 randwrite
 job_go
 wait_for 30 "c1: 4 MiB copied" copied_at_least $((4 * MiB))
@@ -287,7 +291,7 @@ ok "target killed mid-bulk (UNIX), fio writing: reconnected, target == source"
 # --- 2. mid-sync, UNIX socket, fio writing, --json events --------------------
 new_pair c2
 serve c2t c2-t.raw
-job_start c2 "$tgt" --json --reconnect-delay 30
+job_start c2 c2.raw "$tgt" --json --reconnect-delay 30
 fio_start c2 randwrite
 job_go
 wait_for 60 "c2: READY" job_has ready=true
@@ -316,7 +320,7 @@ port=$(free_tcp_port)
 start_nbdkit_tcp c3t 127.0.0.1 "$port" file "$scratch/c3-t.raw"
 # The URI's reconnect-delay wins over the option's "never".
 tgt="${uri}?reconnect-delay=30"
-job_start c3 "$tgt" --copy-mode write-blocking --reconnect-delay 0
+job_start c3 c3.raw "$tgt" --copy-mode write-blocking --reconnect-delay 0
 fio_start c3 randwrite
 job_go
 wait_for 60 "c3: READY" job_has ready=true
@@ -447,7 +451,7 @@ fi
 # --- 6. the server stays away past --reconnect-delay ------------------------
 new_pair c6
 serve c6t c6-t.raw
-job_start c6 "$tgt" --json --speed 8M --reconnect-delay 2
+job_start c6 c6.raw "$tgt" --json --speed 8M --reconnect-delay 2
 fio_start c6 randrw
 job_go
 wait_for 30 "c6: 4 MiB copied" copied_at_least $((4 * MiB))
@@ -519,3 +523,60 @@ stderr_has "reconnect-delay" "'x'"
 stop_server c8t
 assert_unchanged c8-t.raw
 ok "--reconnect-delay -1, banana, 86401, ?reconnect-delay=x: exit 2, one line"
+
+# --- 9. start from an NBD source whose server restarts mid-bulk --------------
+# The guest's writes through the export go to that source: they wait
+# while it reconnects, and fail none.
+new_pair c9
+start_nbdkit c9s file "$scratch/c9.raw"
+s9=$uri
+job_start c9 "$s9" c9-t.raw --speed 8M --reconnect-delay 30
+fio_start c9 randwrite
+job_go
+wait_for 30 "c9: 4 MiB copied" copied_at_least $((4 * MiB))
+stop_server c9s
+wait_reported c9.err source "$LOST 30 s"
+mid_bulk
+must_have "while the source is away" reconnecting=true \
+    io-status='"reconnecting"'
+start_nbdkit c9s file "$scratch/c9.raw"
+wait_reported c9.err source "$BACK"
+qmp block-job-set-speed '{"device": "mirror", "speed": 0}'
+wait_for 60 "c9: READY" job_has ready=true
+fio_stop c9
+job_complete
+job_quit 0
+stop_server c9s
+verify c9
+ok "start from an NBD source restarted mid-bulk, fio writing: target == source"
+
+# --- 10. block-job-complete while the target reconnects ----------------------
+# The completion waits for the target (and flushes it again) instead of
+# failing on it.
+new_pair c10
+serve c10t c10-t.raw
+job_start c10 c10.raw "$tgt" --reconnect-delay 30
+fio_start c10 randwrite
+job_go
+wait_for 60 "c10: READY" job_has ready=true
+fio_stop c10
+stop_server c10t
+wait_reported c10.err target "$LOST 30 s"
+timeout 60 "$T" qmp --wait-event BLOCK_JOB_COMPLETED --timeout 50 \
+    "$qmp_sock" block-job-complete '{"device": "mirror"}' \
+    >c10.done 2>c10.done.err &
+done_pid=$!
+track_pid $done_pid
+wait_for 20 "c10: block-job-complete accepted" grep -qs '^{}' c10.done
+must_have "completing while the target is away" reconnecting=true
+serve c10t c10-t.raw
+wait $done_pid || fail "c10: no BLOCK_JOB_COMPLETED: $(cat c10.done.err)"
+untrack_pid $done_pid
+grep -q '"event":"BLOCK_JOB_COMPLETED"' c10.done ||
+    fail "c10: no BLOCK_JOB_COMPLETED: $(cat c10.done)"
+grep -q '"error"' c10.done && fail "c10: completed with an error"
+reported c10.err target "$BACK" || fail "c10: no reconnection reported"
+job_quit 0
+stop_server c10t
+verify c10
+ok "block-job-complete while the target reconnects: completes, target == source"
