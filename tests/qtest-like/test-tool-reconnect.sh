@@ -264,28 +264,44 @@ verify()
     cmp -s base.raw "$1.raw" && fail "$1: the guest wrote nothing"
 }
 
+# kill_mid_bulk ROLE SERVER: once the job copied 4 MiB, SIGKILL the nbdkit
+# SERVER (the job's ROLE, source or target); the break is reported, and
+# the job is mid-bulk and says it reconnects.
+kill_mid_bulk()
+{
+    wait_for 30 "$job: 4 MiB copied" copied_at_least $((4 * MiB))
+    stop_server "$2"
+    wait_reported "$job.err" "$1" "$LOST 30 s"
+    mid_bulk
+    must_have "while the $1's server is away" reconnecting=true \
+        io-status='"reconnecting"'
+}
+
+# finish_after ROLE SERVER: the ROLE's reconnection is reported; at full
+# speed to READY; fio stops; complete; quit; SERVER stops; the target
+# equals the source.
+finish_after()
+{
+    wait_reported "$job.err" "$1" "$BACK"
+    must_have "after the reconnection" reconnecting=false io-status='"ok"'
+    qmp block-job-set-speed '{"device": "mirror", "speed": 0}'
+    wait_for 60 "$job: READY" job_has ready=true
+    fio_stop "$job"
+    job_complete
+    job_quit 0
+    stop_server "$2"
+    verify "$job"
+}
+
 # --- 1. mid-bulk, UNIX socket, fio writing -----------------------------------
 new_pair c1
 serve c1t c1-t.raw
 job_start c1 c1.raw "$tgt" --speed 8M --reconnect-delay 30
 fio_start c1 randwrite
 job_go
-wait_for 30 "c1: 4 MiB copied" copied_at_least $((4 * MiB))
-stop_server c1t
-wait_reported c1.err target "$LOST 30 s"
-mid_bulk
-must_have "while the server is away" reconnecting=true \
-    io-status='"reconnecting"'
+kill_mid_bulk target c1t
 serve c1t c1-t.raw
-wait_reported c1.err target "$BACK"
-must_have "after the reconnection" reconnecting=false io-status='"ok"'
-qmp block-job-set-speed '{"device": "mirror", "speed": 0}'
-wait_for 60 "c1: READY" job_has ready=true
-fio_stop c1
-job_complete
-job_quit 0
-stop_server c1t
-verify c1
+finish_after target c1t
 ok "target killed mid-bulk (UNIX), fio writing: reconnected, target == source"
 
 # --- 2. mid-sync, UNIX socket, fio writing, --json events --------------------
@@ -533,21 +549,9 @@ s9=$uri
 job_start c9 "$s9" c9-t.raw --speed 8M --reconnect-delay 30
 fio_start c9 randwrite
 job_go
-wait_for 30 "c9: 4 MiB copied" copied_at_least $((4 * MiB))
-stop_server c9s
-wait_reported c9.err source "$LOST 30 s"
-mid_bulk
-must_have "while the source is away" reconnecting=true \
-    io-status='"reconnecting"'
+kill_mid_bulk source c9s
 start_nbdkit c9s file "$scratch/c9.raw"
-wait_reported c9.err source "$BACK"
-qmp block-job-set-speed '{"device": "mirror", "speed": 0}'
-wait_for 60 "c9: READY" job_has ready=true
-fio_stop c9
-job_complete
-job_quit 0
-stop_server c9s
-verify c9
+finish_after source c9s
 ok "start from an NBD source restarted mid-bulk, fio writing: target == source"
 
 # --- 10. block-job-complete while the target reconnects ----------------------
