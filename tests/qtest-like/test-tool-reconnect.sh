@@ -6,6 +6,7 @@
 #
 #  1. the target dies mid-bulk (UNIX socket), fio writing through the
 #     export; stderr and query-block-jobs say "reconnecting" meanwhile;
+#     the new server is asked to flush before anything else;
 #  2. the target dies mid-sync (after READY), fio writing; --json carries
 #     the BLOCK_JOB_RECONNECTING events;
 #  3. the target dies mid-sync over TCP, write-blocking: the guest's
@@ -300,9 +301,16 @@ job_start c1 c1.raw "$tgt" --speed 8M --reconnect-delay 30
 fio_start c1 randwrite
 job_go
 kill_mid_bulk target c1t
-serve c1t c1-t.raw
+# The log filter records what the new server is asked, in order.
+start_nbdkit c1t --filter=log file "$scratch/c1-t.raw" \
+    logfile="$scratch/c1t.log"
 finish_after target c1t
-ok "target killed mid-bulk (UNIX), fio writing: reconnected, target == source"
+first=$(grep -m1 -E 'connection=[0-9]+ [A-Z][a-z]+ id=' c1t.log)
+case $first in
+    *" Flush id="*) ;;
+    *) fail "c1: the first request after the reconnection: $first" ;;
+esac
+ok "target killed mid-bulk (UNIX), fio writing: flush first, target == source"
 
 # --- 2. mid-sync, UNIX socket, fio writing, --json events --------------------
 new_pair c2
