@@ -131,6 +131,13 @@ static gboolean job_runner_stall_cb(gpointer opaque)
  */
 static void job_runner_say_reconnect(JobRunner *r, const JobEvent *ev)
 {
+    if (!ev->reconnecting && ev->error) {
+        /* Why the job will fail, for its last line (with -q too). */
+        g_free(r->gave_up);
+        r->gave_up = g_strdup_printf("%s not reconnected: %s", ev->node,
+                                     ev->reason ? ev->reason
+                                                : g_strerror(ev->error));
+    }
     if (r->quiet || r->json) {
         return;
     }
@@ -325,10 +332,11 @@ static int job_runner_outcome(JobRunner *r)
     }
     if (job->ret < 0) {
         detail = mirror_get_error_detail(job);
-        tool_error("%s; the target '%s' is incomplete",
+        tool_error("%s%s%s%s; the target '%s' is incomplete",
                    detail ? detail : job->error ? job->error
                                                : g_strerror(-job->ret),
-                   r->target);
+                   r->gave_up ? " (" : "", r->gave_up ? r->gave_up : "",
+                   r->gave_up ? ")" : "", r->target);
         return TOOL_EXIT_FAILURE;
     }
     return TOOL_EXIT_OK;
@@ -446,6 +454,7 @@ void job_runner_destroy(JobRunner *r)
     g_clear_handle_id(&r->sighup_source, g_source_remove);
     g_clear_handle_id(&r->stall_timer, g_source_remove);
     g_string_free(r->line, TRUE);
+    g_clear_pointer(&r->gave_up, g_free);
     job_unref(r->job);
     r->job = NULL;
 }

@@ -26,6 +26,8 @@ typedef struct JobRunner {
     bool progress;          /* -p: a bar on stderr */
     bool json;              /* --json: events as JSON lines on stdout */
     bool quiet;             /* -q: no reconnect lines on stderr */
+    char *gave_up;          /* "target not reconnected: WHY", for the
+                             * last line, or NULL */
     QmpServer *qmp;         /* events go to its clients too, or NULL */
     bool qmp_wait;          /* start the job once a QMP client is there */
     bool started;           /* job_runner_run started the job */
