@@ -434,9 +434,7 @@ stderr_has "export size changed" "the target '$tgt' is incomplete"
 ok "the server comes back with another size: exit 1, target incomplete"
 
 # The same with --json (start) and -q (convert), where no "not
-# reconnected" line is printed: the last line must say why by itself.
-# Known bug (BUGS-for-recon.md): it says "Input/output error"; a TODO
-# until fixed (TAP then reports an unexpected pass: drop the TODO).
+# reconnected" line is printed: the last line says why by itself.
 new_pair c5j
 serve c5jt c5j-t.raw
 tool_bg c5j "$T" start --json --speed 8M --reconnect-delay 30 c5j.raw "$tgt"
@@ -449,9 +447,10 @@ tool_wait c5j 1
 event_seen c5j.out BLOCK_JOB_RECONNECTING reconnecting=false \
     error='"export size changed from 33554432 to 50331648"' ||
     fail "c5j: the event does not say why: $(cat c5j.out)"
-why=ok
+stderr_one_line
+stderr_has "target not reconnected: export size changed from 33554432 to"
 grep -q "export size changed.*the target '$tgt' is incomplete" \
-    "$last_err" || why="start --json: $(grep incomplete "$last_err")"
+    "$last_err" || fail "c5j: the last line does not say why"
 stop_server c5jt
 # convert -q from a source that comes back bigger: the order of the
 # restart and the driver's noticing the break does not matter.
@@ -462,15 +461,11 @@ wait_for 30 "c5q: 4 MiB copied" written_at_least c5q-out.raw $((4 * MiB))
 stop_server c5qs
 start_nbdkit c5qs file "$scratch/c5-big.raw"
 tool_wait c5q 1
-grep -q "export size changed.*the target 'c5q-out.raw' is incomplete" \
-    "$last_err" || why="$why; convert -q: $(grep incomplete "$last_err")"
+why="source not reconnected: export size changed from 33554432 to"
+grep -q "$why.*the target 'c5q-out.raw' is incomplete" "$last_err" ||
+    fail "c5q: the last line does not say why"
 stop_server c5qs
-if [ "$why" = ok ]; then
-    ok "size changed, --json / -q: the last line says so # TODO recon bug 1"
-else
-    not_ok "size changed, --json / -q: the last line says so" \
-        "# TODO recon bug 1: ${why#ok; }"
-fi
+ok "size changed, start --json / convert -q: the last line says so"
 
 # --- 6. the server stays away past --reconnect-delay ------------------------
 new_pair c6
@@ -499,8 +494,9 @@ event_seen c6.out BLOCK_JOB_COMPLETED 'error=*' ||
     fail "c6: no BLOCK_JOB_COMPLETED with an error: $(cat c6.out)"
 wait_for 20 "c6: the export to go on with the source" \
     grep -q 'serving the source' c6.err
-grep -q "the target '$tgt' is incomplete" c6.err ||
-    fail "c6: the target was not called incomplete: $(cat c6.err)"
+why="target not reconnected: no connection within 2 s (reconnect-delay)"
+grep -qF "$why" c6.err && grep -qF "the target '$tgt' is incomplete" c6.err ||
+    fail "c6: the last line does not say why: $(cat c6.err)"
 fio_stop c6
 expect_ok $TMO qemu-img compare -f raw -F raw c6.raw "$exp"
 job_quit 1
