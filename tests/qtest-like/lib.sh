@@ -438,6 +438,25 @@ EOF
     ) || fail "$1: $out"
 }
 
+# term_server NAME: stop a server of start_nbdkit(_tcp) the way an
+# administrator does (SIGTERM: nbdkit answers further requests with
+# ESHUTDOWN), and reap it; fails unless it exits within 20 s (nbdkit
+# waits for a client that sends nothing: stop it while requests come).
+term_server()
+{
+    local pid
+    eval "pid=\$pid_$1"
+    kill -TERM "$pid" 2>/dev/null
+    wait_for 20 "server $1 to exit after SIGTERM" _lib_gone "$pid"
+    wait "$pid" 2>/dev/null
+    untrack_pid "$pid"
+}
+
+_lib_gone()
+{
+    ! kill -0 "$1" 2>/dev/null
+}
+
 # free_tcp_port [ADDR]: a TCP port of ADDR (default 127.0.0.1) that nothing
 # listens on now, the kernel's pick (a server started right after gets it,
 # unless another process took it in between).

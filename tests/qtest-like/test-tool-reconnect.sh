@@ -7,8 +7,8 @@
 #  1. the target dies mid-bulk (UNIX socket), fio writing through the
 #     export; stderr and query-block-jobs say "reconnecting" meanwhile;
 #     the new server is asked to flush before anything else;
-#  2. the target dies mid-sync (after READY), fio writing; --json carries
-#     the BLOCK_JOB_RECONNECTING events;
+#  2. the target dies mid-sync (after READY), twice, fio writing; --json
+#     carries the BLOCK_JOB_RECONNECTING events;
 #  3. the target dies mid-sync over TCP, write-blocking: the guest's
 #     writes wait for the target to come back (the delay from the URI);
 #  4. a network outage between two network namespaces: the link goes down
@@ -21,7 +21,8 @@
 #  8. bad --reconnect-delay values and ?reconnect-delay= in a URI: exit 2;
 #  9. start from an NBD source whose server restarts mid-bulk, fio
 #     writing to it through the export;
-# 10. block-job-complete while the target reconnects.
+# 10. block-job-complete while the target (stopped with SIGTERM)
+#     reconnects.
 #
 # "Mid-bulk" and "mid-copy" are decided from the job's progress (QMP's
 # offset, -p's bar) and checked while the server is away; every wait is
@@ -313,21 +314,35 @@ esac
 ok "target killed mid-bulk (UNIX), fio writing: flush first, target == source"
 
 # --- 2. mid-sync, UNIX socket, fio writing, --json events --------------------
+# reconnect_events true|false N: N BLOCK_JOB_RECONNECTING events with
+# "reconnecting": true|false in c2's --json output.
+reconnect_events()
+{
+    [ "$(grep -c "\"event\":\"BLOCK_JOB_RECONNECTING\".*\"reconnecting\":$1" \
+         c2.out)" = "$2" ]
+}
+
 new_pair c2
 serve c2t c2-t.raw
 job_start c2 c2.raw "$tgt" --json --reconnect-delay 30
 fio_start c2 randwrite
 job_go
 wait_for 60 "c2: READY" job_has ready=true
-stop_server c2t
-wait_for 30 "c2: BLOCK_JOB_RECONNECTING" event_seen c2.out \
-    BLOCK_JOB_RECONNECTING reconnecting=true node='"target"' \
-    device='"mirror"' type='"mirror"'
-must_have "while the server is away" ready=true reconnecting=true \
-    io-status='"reconnecting"'
-serve c2t c2-t.raw
-wait_for 30 "c2: BLOCK_JOB_RECONNECTING, back" event_seen c2.out \
-    BLOCK_JOB_RECONNECTING reconnecting=false node='"target"'
+# Twice: the second break finds the node as the first reconnection
+# left it.
+for round in 1 2; do
+    stop_server c2t
+    wait_for 30 "c2: BLOCK_JOB_RECONNECTING $round" reconnect_events true \
+        $round
+    must_have "while the server is away" ready=true reconnecting=true \
+        io-status='"reconnecting"'
+    serve c2t c2-t.raw
+    wait_for 30 "c2: BLOCK_JOB_RECONNECTING $round, back" \
+        reconnect_events false $round
+done
+event_seen c2.out BLOCK_JOB_RECONNECTING reconnecting=true \
+    node='"target"' device='"mirror"' type='"mirror"' ||
+    fail "c2: BLOCK_JOB_RECONNECTING's data: $(cat c2.out)"
 event_seen c2.out BLOCK_JOB_RECONNECTING 'error=*' &&
     fail "c2: the reconnection carried an error: $(cat c2.out)"
 grep -q 'connection lost' c2.err && fail "c2: a stderr line with --json"
@@ -336,7 +351,7 @@ job_complete
 job_quit 0
 stop_server c2t
 verify c2
-ok "target killed mid-sync (UNIX), fio writing: events, target == source"
+ok "target killed twice mid-sync (UNIX), fio writing: events, cmp"
 
 # --- 3. mid-sync over TCP, write-blocking ------------------------------------
 new_pair c3
@@ -560,16 +575,17 @@ ok "start from an NBD source restarted mid-bulk, fio writing: target == source"
 
 # --- 10. block-job-complete while the target reconnects ----------------------
 # The completion waits for the target (and flushes it again) instead of
-# failing on it.
+# failing on it.  This server is stopped with SIGTERM, as for an upgrade,
+# while the job copies what fio dirties: it answers ESHUTDOWN.
 new_pair c10
 serve c10t c10-t.raw
 job_start c10 c10.raw "$tgt" --reconnect-delay 30
 fio_start c10 randwrite
 job_go
 wait_for 60 "c10: READY" job_has ready=true
-fio_stop c10
-stop_server c10t
+term_server c10t
 wait_reported c10.err target "$LOST 30 s"
+fio_stop c10
 timeout 60 "$T" qmp --wait-event BLOCK_JOB_COMPLETED --timeout 50 \
     "$qmp_sock" block-job-complete '{"device": "mirror"}' \
     >c10.done 2>c10.done.err &
