@@ -423,7 +423,8 @@ static void nbdblk_rc_step(NbdBlkState *s)
     case NBDBLK_RC_FLUSH:
         if (rc->flush_state == 1) {
             rc->phase = NBDBLK_RC_JOIN;
-        } else if (nbd_aio_is_ready(rc->conn.h) != 1) {
+        } else if (nbd_aio_is_dead(rc->conn.h) == 1 ||
+                   nbd_aio_is_closed(rc->conn.h) == 1) {
             nbdblk_rc_attempt_failed(s, "the connection broke while "
                                      "flushing");
         } else if (rc->flush_state < 0) {
