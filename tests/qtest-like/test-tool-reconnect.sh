@@ -307,9 +307,9 @@ job_go
 kill_mid_bulk target c1t
 # The log filter records what the new server is asked, in order.
 start_nbdkit c1t --filter=log file "$scratch/c1-t.raw" \
-    logfile="$scratch/c1t.log"
+    logfile="$scratch/c1t.requests"
 finish_after target c1t
-first=$(grep -m1 -E 'connection=[0-9]+ [A-Z][a-z]+ id=' c1t.log)
+first=$(grep -m1 -E 'connection=[0-9]+ [A-Z][a-z]+ id=' c1t.requests)
 case $first in
     *" Flush id="*) ;;
     *) fail "c1: the first request after the reconnection: $first" ;;
