@@ -28,9 +28,9 @@
 #     block-job-resume, the job completes.
 #
 # "Mid-bulk" and "mid-copy" are decided from the job's progress (QMP's
-# offset, -p's bar) and checked while the server is away; every wait is
-# on a line, an event, a file or a process, and every client runs under
-# `timeout`.
+# offset, -p's bar, the target file's allocation) and checked while the
+# server is away where QMP can tell; every wait is on a line, an event, a
+# file or a process, and bounded (`timeout`, wait_for, fio's runtime).
 #
 # Copyright (C) 2026 qemu-mirror authors
 # SPDX-License-Identifier: GPL-2.0-or-later
