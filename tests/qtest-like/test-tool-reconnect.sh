@@ -632,8 +632,8 @@ ok "a force cancel while the target reconnects: cancelled in $ms ms, exit 1"
 # --- 12. past the delay, --on-target-error stop, then resume -----------------
 # The first complaint: the server is back, block-job-resume, and
 # the job must go on (QEMU: each request after the delay tries a new
-# connection), not fail again on the dead one.  A TODO while the node
-# stays failed for good (BUGS-for-recon.md, 3).
+# connection), not fail again on the dead one: the first request after
+# the resume begins another reconnect.
 new_pair c12
 serve c12t c12-t.raw
 job_start c12 c12.raw "$tgt" --json --speed 8M --reconnect-delay 2 \
@@ -665,10 +665,10 @@ if job_has ready=true; then
     job_quit 0
     stop_server c12t
     verify c12
-    ok "past the delay, stop, server back, resume: completes # TODO recon 3"
+    ok "past the delay, stop, server back, resume: completes"
 else
     not_ok "past the delay, stop, server back, resume: completes" \
-        "# TODO recon 3: stopped again at offset $(job_field offset)" \
+        "stopped again at offset $(job_field offset)" \
         "(was $offset), BLOCK_JOB_ERROR $errors ->" \
         "$(grep -c BLOCK_JOB_ERROR c12.out)"
     fio_stop c12
