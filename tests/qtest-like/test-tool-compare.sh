@@ -299,7 +299,9 @@ if fio --enghelp=nbd >/dev/null 2>&1; then
     expect_ok cmp live.raw live2.raw
     ok "start --verify: verified, and the target equals the source"
 else
-    ok "start --verify under fio: skipped, fio has no nbd engine"
+    ok "start --verify with fio writing through the export # SKIP fio" \
+        "has no nbd engine"
+    ok "start --verify without guest writes # SKIP fio has no nbd engine"
 fi
 
 # start --verify: a guest write of a few bytes after the switch-over
