@@ -195,6 +195,9 @@ struct NbdBlkState {
     NbdBlkReconnect rc;
     uint64_t nr_reconnects;     /* connections made again */
     char *fail_reason;          /* why the node failed for good, or NULL */
+    bool revivable;             /* it failed because reconnect-delay ran
+                                 * out: the next request starts another
+                                 * reconnect (nbdblk_reconnect_revive()) */
 };
 
 /* The connect timeout in ns, 0 for none. */
@@ -351,6 +354,16 @@ static inline bool nbdblk_reconnecting(NbdBlkState *s)
  * BDRV_EVENT_RECONNECT_FAILED (@why).
  */
 void nbdblk_reconnect_stop(NbdBlkState *s, const char *why);
+
+/*
+ * A request comes to a node that failed because reconnect-delay ran out
+ * (s->revivable): the server may be back (QEMU tries a new connection for
+ * each request after its delay, so that block-job-resume goes on).  Undo
+ * the failure and begin another reconnect, with the full delay; true when
+ * it began (the request then waits in the queue), false when the node
+ * stays failed.
+ */
+bool nbdblk_reconnect_revive(NbdBlkState *s);
 
 /* ---- nbd-io.c ---- */
 

@@ -258,7 +258,7 @@ static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
 {
     NbdBlkConn *c;
 
-    if (s->dead_errno) {
+    if (s->dead_errno && !nbdblk_reconnect_revive(s)) {
         nbdblk_req_done_later(req, -s->dead_errno);
         return;
     }

@@ -28,8 +28,12 @@
  * sender thread on a latency-bound node) and the held requests go out in
  * their order; a write whose reply was lost is written again to the same
  * offset (NBD writes are idempotent).  Past the delay the node fails as
- * without reconnect: every held request and every later one fails with
- * the error that broke the connection.
+ * without reconnect: every held request fails with the error that broke
+ * the connection; but not for good: the next request begins another
+ * reconnect (nbdblk_reconnect_revive()), so that a job stopped by its
+ * error policy goes on when resumed after the server is back.  A node
+ * that failed for another reason (a changed export, a cancel) stays
+ * failed.
  *
  * A connection we declared dead (io-timeout, NBD_ESHUTDOWN, a cancel) is
  * aborted with linger 0 (nbdblk_conn_abort()): its close, as libnbd sees
@@ -413,6 +417,8 @@ static void nbdblk_rc_step(NbdBlkState *s)
             s->reconnect_delay, rc->last_error ? ": " : "",
             rc->last_error ? rc->last_error : "");
 
+        /* Not for good: a later request may find the server back. */
+        s->revivable = rc->all_down;
         nbdblk_rc_fail(s, rc->err, why);
         return;
     }
@@ -560,4 +566,22 @@ void nbdblk_reconnect_stop(NbdBlkState *s, const char *why)
         g_debug("nbd: %s: not reconnected: %s", s->display, why);
         bdrv_notify_event(s->bs, &ev);
     }
+}
+
+bool nbdblk_reconnect_revive(NbdBlkState *s)
+{
+    int err = s->dead_errno;
+
+    if (!s->revivable || s->cancelling || s->rc.phase != NBDBLK_RC_IDLE) {
+        return false;
+    }
+    s->revivable = false;
+    s->dead_errno = 0;
+    g_clear_pointer(&s->fail_reason, g_free);
+    if (!nbdblk_reconnect_begin(s, err, "the server was lost before; "
+                                "a new request tries again")) {
+        s->dead_errno = err;
+        return false;
+    }
+    return true;
 }

@@ -41,12 +41,15 @@ _lib_skipped=
 
 _lib_cleanup()
 {
-    local pid
+    local pid ns
     if [ -z "$_lib_skipped" ]; then
         echo "1..$_lib_cases"
     fi
     for pid in $_lib_pids; do
         kill -KILL -- "$pid" 2>/dev/null
+    done
+    for ns in ${_lib_netns:-}; do
+        ip netns del "$ns" 2>/dev/null      # see netns_pair
     done
     cd / && rm -rf "$scratch" ${shm:+"$shm"}
 }
@@ -467,4 +470,124 @@ _lib_progress_at()
 wait_progress()
 {
     wait_for "$1" "progress $4% in $3" _lib_progress_at "$2" "$3" "$4"
+}
+
+# term_server NAME: stop a server of start_nbdkit(_tcp) the way an
+# administrator does (SIGTERM: nbdkit answers further requests with
+# ESHUTDOWN), and reap it; fails unless it exits within 20 s (nbdkit
+# waits for a client that sends nothing: stop it while requests come).
+term_server()
+{
+    local pid
+    eval "pid=\$pid_$1"
+    kill -TERM "$pid" 2>/dev/null
+    wait_for 20 "server $1 to exit after SIGTERM" _lib_gone "$pid"
+    wait "$pid" 2>/dev/null
+    untrack_pid "$pid"
+}
+
+_lib_gone()
+{
+    ! kill -0 "$1" 2>/dev/null
+}
+
+# free_tcp_port [ADDR]: a TCP port of ADDR (default 127.0.0.1) that nothing
+# listens on now, the kernel's pick (a server started right after gets it,
+# unless another process took it in between).
+free_tcp_port()
+{
+    python3 -c 'import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+print(s.getsockname()[1])' "${1:-127.0.0.1}" || fail "no free TCP port"
+}
+
+# start_nbdkit_tcp NAME [--netns NS] ADDR PORT ARGS...: start_nbdkit on TCP
+# ADDR:PORT instead of a socket, inside the network namespace NS if given
+# (`ip netns exec` execs nbdkit: pid_NAME is nbdkit's).  Sets uri to
+# nbd://ADDR:PORT/ and pid_NAME; stop_server NAME stops it.
+start_nbdkit_tcp()
+{
+    local name=$1 pid ns=()
+    shift
+    if [ "$1" = --netns ]; then
+        ns=(ip netns exec "$2")
+        shift 2
+    fi
+    local addr=$1 port=$2
+    shift 2
+    rm -f "$name.pid"
+    "${ns[@]}" nbdkit -f --exit-with-parent -i "$addr" -p "$port" \
+        -P "$scratch/$name.pid" "$@" 2>"$name.log" &
+    pid=$!
+    track_pid "$pid"
+    eval "pid_$name=$pid"
+    wait_for 20 "nbdkit $name to listen on $addr:$port" test -s "$name.pid"
+    uri="nbd://$addr:$port/"
+}
+
+# progress_at_least FILE PCT: the last figure of -p's progress bar in FILE
+# (a stderr with \r between updates) is at least PCT percent (an integer).
+progress_at_least()
+{
+    local p
+    p=$(tr '\r' '\n' <"$1" | grep -o '[0-9.]*%' | tail -1)
+    p=${p%\%}
+    p=${p%%.*}
+    [ -n "$p" ] && [ "$p" -ge "$2" ]
+}
+
+# Network namespaces that netns_pair made: deleted at exit, after the
+# processes (their veth pairs go with them).
+_lib_netns=
+
+# netns_pair NS_A VETH_A IP_A NS_B VETH_B IP_B: two network namespaces
+# (deleted at exit, after the processes) joined by a veth pair, VETH_A
+# with IP_A/24 in NS_A and VETH_B with IP_B/24 in NS_B, links up.  Returns
+# 1 with the reason in $netns_why where they cannot be made (not root, no
+# ip, no permission, no sysfs for `ip netns exec`).
+netns_why=
+netns_pair()
+{
+    local cmd
+    _lib_netns="$_lib_netns $1 $4"
+    for cmd in "ip netns add $1" "ip netns add $4" \
+               "ip link add $2 type veth peer name $5" \
+               "ip link set $2 netns $1" "ip link set $5 netns $4" \
+               "ip -n $1 addr add $3/24 dev $2" \
+               "ip -n $4 addr add $6/24 dev $5" \
+               "ip -n $1 link set lo up" "ip -n $4 link set lo up" \
+               "ip -n $1 link set $2 up" "ip -n $4 link set $5 up" \
+               "ip netns exec $1 true"; do
+        if ! $cmd 2>netns.err; then
+            netns_why="$cmd failed: $(head -1 netns.err)"
+            ip link del "$2" 2>/dev/null
+            return 1
+        fi
+    done
+}
+
+# event_seen FILE EVENT [KEY=JSON]...: a line of FILE (QMP events, one JSON
+# object a line, as --json and `mirror-tool qmp --wait-event` print them)
+# is EVENT whose data has each member KEY equal to JSON (reconnecting=true,
+# node='"target"'); KEY=* asks only that the member be there.
+event_seen()
+{
+    grep -q "\"event\": *\"$2\"" "$1" || return 1     # cheap, for polls
+    python3 - "$@" <<'PYEOF'
+import json, sys
+path, name, want = sys.argv[1], sys.argv[2], sys.argv[3:]
+for line in open(path, errors="replace"):
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        continue
+    if not isinstance(ev, dict) or ev.get("event") != name:
+        continue
+    data = ev.get("data", {})
+    if all(k in data and (v == "*" or data[k] == json.loads(v))
+           for k, v in (w.split("=", 1) for w in want)):
+        sys.exit(0)
+sys.exit(1)
+PYEOF
 }
