@@ -269,8 +269,20 @@ void nbdblk_conn_abort(NbdBlkConn *c)
     }
     fd = nbd_aio_get_fd(c->h);
     if (fd >= 0) {
-        /* The next read sees EOF: libnbd moves to DEAD and fails every
-         * command in flight with ENOTCONN. */
+        /*
+         * Linger 0 first: the close of this socket (libnbd's, as the
+         * handle goes DEAD below) then discards what the kernel still
+         * holds unsent or unacknowledged and sends RST, instead of
+         * leaving an orphan that delivers our old writes once the link
+         * is back, after the new connection wrote newer data to the
+         * same bytes.  No effect on a UNIX socket (its bytes are in the
+         * server's buffer already): see nbd-reconnect.c for what stays.
+         */
+        struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        /* The next read sees EOF: libnbd moves to DEAD, closes the
+         * socket and fails every command in flight with ENOTCONN. */
         shutdown(fd, SHUT_RDWR);
     }
 }

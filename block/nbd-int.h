@@ -252,7 +252,8 @@ void nbdblk_conn_close(NbdBlkConn *c);
 
 /*
  * Shut the socket of @c down so that libnbd notices on its next read and
- * fails every command in flight; never blocks.
+ * fails every command in flight; never blocks.  The socket lingers 0 s:
+ * its close discards what the kernel has not delivered and sends RST.
  */
 void nbdblk_conn_abort(NbdBlkConn *c);
 

@@ -35,6 +35,19 @@
  * that failed for another reason (a changed export, a cancel) stays
  * failed.
  *
+ * A connection we declared dead (io-timeout, NBD_ESHUTDOWN, a cancel) is
+ * aborted with linger 0 (nbdblk_conn_abort()): its close, as libnbd sees
+ * it DEAD, drops what our kernel had not delivered and sends RST, so no
+ * orphaned socket delivers an old write after the new connection wrote
+ * the same bytes again.  What this cannot reach: requests the old server
+ * had already received (its socket buffer, its own queue; over a UNIX
+ * socket everything sent), which a live server (stalled, or behind a
+ * partition) may still carry out later.  Its writes in flight go out
+ * again here only after the first flush on the new handle, and the
+ * mirror counts them as not flushed once they complete (mirror-link.h),
+ * but an old write that lands after a newer one to the same bytes is
+ * not seen: docs/mirror-tool.md says so.
+ *
  * On a multi-conn node a connection that dies while others live is
  * retired (its requests go to the others) and made again here in the
  * background, once per retirement and for at most reconnect-delay, so

@@ -6,7 +6,8 @@
  * What start --verify proves: every byte of the target equals the byte
  * of the source at the switch-over instant, except the bytes guests
  * wrote to the target through the export after it (those rightly
- * differ).  Guest writes to the target are watched from the switch-over
+ * differ; exactly those bytes, not the sectors around them).  Guest
+ * writes to the target are watched from the switch-over
  * on (a write notifier added in the same main-loop turn, before any
  * guest write sent to the target completes); the source has no writer
  * after the switch-over, so it still holds its switch-over bytes.
@@ -26,8 +27,12 @@ typedef struct ToolVerify {
     BlockDriverState *src;
     BlockDriverState *dst;
     BlockDriverState *top;      /* start --export's filter, or NULL */
-    HBitmap *rewritten;         /* guest writes to the target since the
-                                 * switch-over (bytes), or NULL */
+    HBitmap *rewritten;         /* the 512-byte sectors guests wrote
+                                 * whole since the switch-over (not
+                                 * compared), or NULL */
+    GHashTable *partial;        /* sector number -> VERIFY_SECTOR bits:
+                                 * the bytes they wrote of sectors they
+                                 * wrote in part */
     bool switched;              /* the target took over from the source */
     const bool *interrupt;      /* true: stop (a signal), or NULL */
     int64_t chunk_size;         /* 0: image-scan's default */

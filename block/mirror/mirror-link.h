@@ -5,7 +5,10 @@
  * JOB_EVENT_RECONNECTING), is told when the target is back (writes the
  * old server acknowledged but had not flushed may be lost: the job copies
  * them again), and flushes the target again after a reconnect before it
- * claims READY or completes.
+ * claims READY or completes.  The job's writes in flight when the target
+ * lost its connection are not among those copied again: the node sends
+ * them again after its first flush, and they join the writes no flush
+ * covers as they complete, like any other.
  *
  * A leaf: it knows the two nodes and the job it emits events for.
  *

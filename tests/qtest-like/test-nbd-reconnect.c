@@ -229,8 +229,15 @@ static void kit_start_qemu_nbd(Kit *k)
     g_ptr_array_add(argv, "qemu-nbd");
     g_ptr_array_add(argv, "-f");
     g_ptr_array_add(argv, "raw");
-    g_ptr_array_add(argv, "-k");
-    g_ptr_array_add(argv, k->sock);
+    if (k->port) {
+        g_ptr_array_add(argv, "-b");
+        g_ptr_array_add(argv, "127.0.0.1");
+        g_ptr_array_add(argv, "-p");
+        g_ptr_array_add(argv, k->port);
+    } else {
+        g_ptr_array_add(argv, "-k");
+        g_ptr_array_add(argv, k->sock);
+    }
     g_ptr_array_add(argv, "--shared=4");
     g_ptr_array_add(argv, "--persistent");
     g_ptr_array_add(argv, pidfile);
@@ -643,6 +650,95 @@ static void test_io_timeout_stall(void)
     g_free(seen.reason);
 }
 
+/*
+ * The IPv4 TCP sockets of this host from local port @a (-1: any) to
+ * remote port @b, in any state (TIME_WAIT and orphans included): how
+ * many; the local port of the last one in *@local when not NULL.
+ */
+static int tcp_sockets_between(int a, int b, int *local)
+{
+    g_autofree char *text = NULL;
+    g_auto(GStrv) lines = NULL;
+    int n = 0;
+
+    g_assert_true(g_file_get_contents("/proc/net/tcp", &text, NULL, NULL));
+    lines = g_strsplit(text, "\n", -1);
+    for (int i = 1; lines[i]; i++) {
+        unsigned l, r;
+
+        if (sscanf(lines[i], " %*d: %*x:%x %*x:%x", &l, &r) == 2 &&
+            (a < 0 || (int)l == a) && (int)r == b) {
+            n++;
+            if (local) {
+                *local = l;
+            }
+        }
+    }
+    return n;
+}
+
+/*
+ * A connection io-timeout declared dead against a stalled server (over
+ * TCP) is reset, not closed politely: by the time the node reports the
+ * loss, neither end of it is left in the kernel (no orphan holding our
+ * unsent writes to deliver later, no FIN_WAIT, no TIME_WAIT), and the
+ * held writes still complete once the server runs again.  A FIN close
+ * would leave the client's end in FIN_WAIT2 and the stopped server's in
+ * CLOSE_WAIT.
+ */
+static void test_io_timeout_reset(void)
+{
+    g_autoptr(Kit) k = NULL;
+    g_autoptr(GHashTable) opts = g_hash_table_new(g_str_hash, g_str_equal);
+    g_autoptr(GError) err = NULL;
+    g_autofree char *qemu_nbd = g_find_program_in_path("qemu-nbd");
+    BlockDriverState *bs;
+    Seen seen = { 0 };
+    int port, old;
+    Batch b;
+
+    if (!qemu_nbd) {
+        g_test_skip("qemu-nbd is not installed");
+        return;
+    }
+    if (!g_file_test("/proc/net/tcp", G_FILE_TEST_EXISTS)) {
+        g_test_skip("no /proc/net/tcp");
+        return;
+    }
+    k = kit_new(true);
+    g_free(kit_disk(k, DISK_SIZE));
+    kit_start_qemu_nbd(k);
+    port = atoi(k->port);
+    g_hash_table_insert(opts, "reconnect-delay", "60");
+    g_hash_table_insert(opts, "io-timeout", "1");
+    g_hash_table_insert(opts, "connections", "1");
+    bs = bdrv_open(k->uri, NULL, BDRV_O_RDWR, opts, &err);
+    g_assert_no_error(err);
+    bdrv_add_event_listener(bs, seen_cb, &seen);
+    g_assert_cmpint(tcp_sockets_between(-1, port, &old), ==, 1);
+
+    g_assert_cmpint(kill(k->pid, SIGSTOP), ==, 0);
+    batch_submit(&b, bs, NR_WRITES, WRITE_SIZE, 8);
+    wait_for(seen_lost, &seen, 30);
+    g_assert_cmpstr(seen.reason, ==, "no reply for 1 s, io-timeout");
+    g_assert_cmpint(tcp_sockets_between(old, port, NULL), ==, 0);
+    g_assert_cmpint(tcp_sockets_between(port, old, NULL), ==, 0);
+    g_assert_cmpint(kill(k->pid, SIGCONT), ==, 0);
+    batch_wait(&b, NR_WRITES, 60);
+    for (int i = 0; i < NR_WRITES; i++) {
+        g_assert_cmpint(b.p[i].ret, ==, 0);
+    }
+    g_assert_cmpint(seen.reconnected, ==, 1);
+    g_assert_cmpint(test_flush(bs), ==, 0);
+    batch_assert_disk(&b, k->disk);
+    g_assert_cmpint(tcp_sockets_between(old, port, NULL), ==, 0);
+
+    bdrv_remove_event_listener(bs, seen_cb, &seen);
+    bdrv_unref(bs);
+    g_free(b.data);
+    g_free(seen.reason);
+}
+
 /* ---- counting, through our own server over a recording null node ---- */
 
 /* While the NBD open blocks: serve its handshake from this loop. */
@@ -969,6 +1065,8 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/reconnect/delay-zero", test_delay_zero);
     g_test_add_func("/nbd/reconnect/uri-wins", test_uri_wins);
     g_test_add_func("/nbd/reconnect/io-timeout", test_io_timeout_stall);
+    g_test_add_func("/nbd/reconnect/io-timeout-reset",
+                    test_io_timeout_reset);
     g_test_add_func("/nbd/reconnect/count-null", test_count_null);
     g_test_add_func("/nbd/reconnect/mirror-target",
                     test_mirror_target_restart);
