@@ -381,7 +381,7 @@ static void batch_assert_disk(Batch *b, const char *disk)
 
 /*
  * A node on a fresh nbdkit (file plugin on a zeroed DISK_SIZE file,
- * writes delayed 100 ms), opened with reconnect-delay @delay (and
+ * writes delayed 250 ms), opened with reconnect-delay @delay (and
  * connections @conns; @uri_tail appended to the URI), its node events in
  * seen, and NR_WRITES writes submitted (pattern @seed), @k of them done.
  */
@@ -405,7 +405,7 @@ static bool scene_start(Scene *sc, bool tcp, const char *uri_tail,
     }
     sc->k = kit_new(tcp);
     sc->file = kit_disk(sc->k, DISK_SIZE);
-    kit_start(sc->k, "--filter=delay", "file", sc->file, "wdelay=100ms",
+    kit_start(sc->k, "--filter=delay", "file", sc->file, "wdelay=250ms",
               NULL);
     uri = g_strconcat(sc->k->uri, uri_tail, NULL);
     sc->bs = open_rc(uri, delay, conns);
@@ -809,12 +809,12 @@ static void test_count_null(void)
     int again = 0;
     Batch b;
 
-    own_start(&o, "null:size=64M,latency-ns=300000000,"
+    own_start(&o, "null:size=64M,latency-ns=1000000000,"
               "jitter-ns=300000000,record=on", NULL);
     bdrv_add_event_listener(o.bs, seen_cb, &seen);
 
     batch_submit(&b, o.bs, NR_WRITES, stride, 6);
-    /* Cut while the server holds half of them (each for 0.3-0.6 s). */
+    /* Cut while the server holds half of them (each for 1-1.3 s). */
     wait_for(null_has_writes, o.null, 60);
     g_assert_cmpint(b.done, <, NR_WRITES);
     nbdsrv_disconnect_all(o.srv);
