@@ -578,8 +578,9 @@ ok "killed at 90%: the resumed run wrote $copied bytes, a full one $SIZE"
 
 # --- torn and corrupt state files --------------------------------------------
 # A convert killed at 60% leaves good.state.  The control: the target
-# replaced by junk, the intact state file is trusted, so the junk where
-# it says "known good" stays (the comparisons below can fail).
+# replaced by junk (the same inode), the intact state file is trusted, and
+# the spot check of its known-good granules finds the junk: refused, exit
+# 2, nothing written (so the refusals and comparisons below can fail).
 # convert_opts are the command's options; x.raw the target.
 copts=(-r 32M --state-file x.state)
 rm -f x.raw x.state
@@ -589,15 +590,17 @@ kill9 "$pid" || fail "x: the convert ended before 60%"
 kills=$((kills + 1))
 cp x.state good.state
 junk_target x.raw
+keep x.raw
+keep x.state
 run $TMO "$T" convert "${copts[@]}" base.raw x.raw
-[ "$last_rc" = 0 ] || fail "control: exit code $last_rc"
-cp "$last_err" x.err
-resumed x x.state
-[ "$known" -gt 0 ] || fail "control: nothing known good after 60%"
-cmp -s base.raw x.raw &&
-    fail "control: junk in known-good granules was copied over: no test"
+[ "$last_rc" = 2 ] || fail "control: exit code $last_rc"
+stderr_one_line
+grep -q "the target differs from the source in a granule it calls known" \
+    "$last_err" || fail "control: not refused by the spot check"
+kept_bytes x.raw "control: refused, but the target"
+kept x.state "control: refused, but the state file"
 echo "# ${SECONDS}s"
-ok "control: an intact state file is trusted ($known bytes not copied again)"
+ok "control: an intact state file is trusted, and its junk target refused"
 
 # corrupt WHAT CMD...: good.state through CMD (stdin to stdout) as
 # x.state over a junk target; convert: exit 2 with one line and nothing

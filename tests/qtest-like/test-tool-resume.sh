@@ -155,6 +155,41 @@ expect_exit 2 "$T" convert --state-file st src.raw out3.raw
 stderr_has "the target differs"
 ok "convert refuses a state file whose target is missing or another file"
 
+# A target made again under the same name: removed and re-created (birth
+# time, else the spot check), or zeroed over the same inode by
+# `qemu-img create` or truncate (the spot check of known-good granules).
+rm -f st
+"$T" convert -r 24M --state-file st src.raw out4.raw 2>/dev/null &
+pid=$!
+track_pid $pid
+kill_when_good $pid st $((4 * 1024 * 1024))
+cp st st.orig
+# refused_remade MSG: the rerun is refused, nothing written.
+refused_remade()
+{
+    local sum
+    sum=$(md5sum <out4.raw)
+    expect_exit 2 "$T" convert --state-file st src.raw out4.raw
+    stderr_one_line
+    stderr_has "$1"
+    [ "$(md5sum <out4.raw)" = "$sum" ] || fail "made again: target written"
+    cmp -s st st.orig || fail "made again: the state file was changed"
+}
+qemu-img create -q -f raw out4.raw 96M
+refused_remade "mirror-tool: state file 'st': the target differs from the \
+source in a granule it calls known good (offset "
+refused_remade "; the target changed since: delete the state file to copy"
+truncate -s 0 out4.raw
+truncate -s 96M out4.raw
+refused_remade "calls known good"
+rm out4.raw
+truncate -s 96M out4.raw
+refused_remade "mirror-tool: "
+grep -q "the target differs" "$last_err" ||
+    fail "rm + truncate: not refused as another target"
+ok "a target zeroed or made anew under its name is refused; nothing written"
+rm -f st st.orig out4.raw
+
 expect_exit 2 "$T" convert --state-file src.raw src.raw new.raw
 stderr_one_line
 stderr_has "--state-file 'src.raw': is the source image"
