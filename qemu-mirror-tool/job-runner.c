@@ -531,6 +531,18 @@ MirrorState *job_runner_open_state(const char *path, Job *job,
         tool_error("--state-file '%s': %s", path, err->message);
         return NULL;
     }
+    if (mirror_state_switched_us(st) > 0) {
+        g_autoptr(GDateTime) t =
+            g_date_time_new_from_unix_utc(mirror_state_switched_us(st) /
+                                          G_USEC_PER_SEC);
+        g_autofree char *when = t ? g_date_time_format(t, "%FT%TZ") : NULL;
+
+        tool_error("state file '%s': the job completed and the target took "
+                   "over at %s; the source is stale: delete the state file "
+                   "to copy again", path, when ? when : "?");
+        mirror_state_free(st);
+        return NULL;
+    }
     if (mirror_state_resumed(st)) {
         int64_t at = 0;
         int ret = resume_check(src, dst, mirror_state_good(st),

@@ -69,7 +69,12 @@ struct MirrorState {
     GQueue next_waiters;        /* MirrorStateWaiter: need a write that
                                  * begins after they came */
     GQueue waiters;             /* ... the write in flight */
-    bool removed;               /* the job completed: the file is gone */
+    bool removed;               /* the job completed: the file is gone,
+                                 * or a switched-over record */
+    bool switch_record;         /* completion writes a switched-over
+                                 * record instead of removing the file */
+    int64_t switched_us;        /* > 0: the file is a switched-over
+                                 * record of then (loaded or written) */
     void (*idle_cb)(void *opaque);
     void *idle_opaque;
 };
@@ -224,7 +229,7 @@ static void mirror_state_write_start(MirrorState *st)
     mirror_extents_copy(&st->writing, &st->good);
     *w = (MirrorStateWrite) {
         .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
-        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
+        .data = mirror_state_encode(&st->id, ++st->seq, &st->good, 0),
     };
     st->write = w;
     thread_pool_submit(thread_pool_get(), mirror_state_write_work, w,
@@ -244,6 +249,21 @@ static void mirror_state_want_write(MirrorState *st)
     }
 }
 
+/* Write a state with the known-good extents @good now, synchronously;
+ * @switched_us as mirror_state_encode()'s.  0 or -errno. */
+static int mirror_state_write_now(MirrorState *st, const MirrorExtents *good,
+                                  int64_t switched_us)
+{
+    MirrorStateWrite w = {
+        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
+        .data = mirror_state_encode(&st->id, ++st->seq, good, switched_us),
+    };
+    int ret = mirror_state_write_work(&w);
+
+    g_byte_array_unref(w.data);
+    return ret;
+}
+
 /* ---- opening ---- */
 
 MirrorState *mirror_state_open(const char *path,
@@ -253,7 +273,6 @@ MirrorState *mirror_state_open(const char *path,
     g_autoptr(GError) err = NULL;
     MirrorState *st = g_new0(MirrorState, 1);
     MirrorStateFile f;
-    MirrorStateWrite w;
     gsize len;
     int ret;
 
@@ -282,6 +301,7 @@ MirrorState *mirror_state_open(const char *path,
         if (ok) {
             st->resumed = true;
             st->seq = f.seq;
+            st->switched_us = f.switched_us;
             mirror_extents_copy(&st->good, &f.good);
             mirror_extents_copy(&st->disk, &f.good);
         }
@@ -299,12 +319,7 @@ MirrorState *mirror_state_open(const char *path,
     if (id->sync == MIRROR_SYNC_MODE_NONE) {
         mirror_extents_add(&st->good, 0, id->size);
     }
-    w = (MirrorStateWrite) {
-        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
-        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
-    };
-    ret = mirror_state_write_work(&w);
-    g_byte_array_unref(w.data);
+    ret = mirror_state_write_now(st, &st->good, 0);
     if (ret < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "cannot write it: %s", g_strerror(-ret));
@@ -363,6 +378,18 @@ void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
 bool mirror_state_resumed(MirrorState *st)
 {
     return st && st->resumed;
+}
+
+int64_t mirror_state_switched_us(MirrorState *st)
+{
+    return st ? st->switched_us : 0;
+}
+
+void mirror_state_set_switch_record(MirrorState *st, bool on)
+{
+    if (st) {
+        st->switch_record = on;
+    }
 }
 
 const MirrorExtents *mirror_state_good(MirrorState *st)
@@ -629,12 +656,27 @@ void mirror_state_set_hot_ns(MirrorState *st, int64_t ns)
     }
 }
 
-int mirror_state_remove(MirrorState *st, GError **errp)
+/* The job completed: the gate opens and everything is known good. */
+static void mirror_state_completed(MirrorState *st)
 {
     MirrorStateWaiter *w;
+
+    st->removed = true;
+    /* The job completed: all of it is good (hot granules too). */
+    mirror_extents_clear(&st->good);
+    mirror_extents_add(&st->good, 0, st->id.size);
+    /* Nobody needs the file any more: waiting guests go on. */
+    while ((w = g_queue_pop_head(&st->next_waiters))) {
+        w->cb(w->opaque, 0);
+        g_free(w);
+    }
+}
+
+int mirror_state_remove(MirrorState *st, GError **errp)
+{
     int ret;
 
-    if (!st || st->removed) {
+    if (!st || (st->removed && !st->switched_us)) {
         return 0;
     }
     g_assert(!st->write);
@@ -646,14 +688,41 @@ int mirror_state_remove(MirrorState *st, GError **errp)
                     g_strerror(-ret));
         return ret;
     }
-    st->removed = true;
-    /* The job completed: all of it is good (hot granules too). */
-    mirror_extents_clear(&st->good);
-    mirror_extents_add(&st->good, 0, st->id.size);
-    /* Nobody needs the file any more: waiting guests go on. */
-    while ((w = g_queue_pop_head(&st->next_waiters))) {
-        w->cb(w->opaque, 0);
-        g_free(w);
+    st->switched_us = 0;
+    if (!st->removed) {
+        mirror_state_completed(st);
     }
+    return 0;
+}
+
+int mirror_state_complete(MirrorState *st, GError **errp)
+{
+    int64_t now = g_get_real_time();
+    MirrorExtents all;
+    int ret;
+
+    if (!st || !st->switch_record) {
+        return mirror_state_remove(st, errp);
+    }
+    if (st->removed) {
+        return 0;
+    }
+    g_assert(!st->write);
+    mirror_extents_init(&all);
+    if (st->id.size > 0) {
+        mirror_extents_add(&all, 0, st->id.size);
+    }
+    ret = mirror_state_write_now(st, &all, now);
+    mirror_extents_destroy(&all);
+    if (ret < 0) {
+        /* The file and the gate stay: the job must not switch over. */
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                    "cannot write the state file '%s': %s", st->path,
+                    g_strerror(-ret));
+        return ret;
+    }
+    mirror_state_completed(st);
+    mirror_extents_copy(&st->disk, &st->good);
+    st->switched_us = now;
     return 0;
 }

@@ -84,6 +84,23 @@ void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
 /* Did @st load an existing file? */
 bool mirror_state_resumed(MirrorState *st);
 
+/*
+ * > 0: the file is a switched-over record (a loaded one, or written by
+ * mirror_state_complete()): the job completed and the target took over
+ * at that time (µs since the epoch); its source is stale, so a job must
+ * not resume from it.  0: not (or a NULL state).
+ */
+int64_t mirror_state_switched_us(MirrorState *st);
+
+/*
+ * @on: at completion, mirror_state_complete() writes a switched-over
+ * record instead of removing the file, for a job whose target guests
+ * write after the switch-over (start --export); the caller removes it
+ * with mirror_state_remove() once they are done (a clean exit).  Off by
+ * default.
+ */
+void mirror_state_set_switch_record(MirrorState *st, bool on);
+
 /* The known-good extents now (bytes: ->bytes). */
 const MirrorExtents *mirror_state_good(MirrorState *st);
 
@@ -127,13 +144,24 @@ void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
 void mirror_state_set_hot_ns(MirrorState *st, int64_t ns);
 
 /*
- * The job completed: remove the file, synchronously (the job calls it
- * when mirror_state_busy() is false, before guests reach the target).
- * Then guest writes no longer wait and everything counts as known good;
- * 0.  When it cannot be removed: -errno with @errp set ("cannot remove
- * the state file 'PATH': REASON"), and nothing changes (the file and the
- * gate stay): the job must not switch over.
+ * Remove the file, synchronously (when mirror_state_busy() is false),
+ * also a switched-over record.  Then guest writes no longer wait and
+ * everything counts as known good; 0.  When it cannot be removed:
+ * -errno with @errp set ("cannot remove the state file 'PATH': REASON"),
+ * and nothing changes (the file and the gate stay).
  */
 int mirror_state_remove(MirrorState *st, GError **errp);
+
+/*
+ * The job completed (the job calls it when mirror_state_busy() is false,
+ * before guests reach the target): mirror_state_remove(), or with
+ * mirror_state_set_switch_record() write a switched-over record (all
+ * known good, the time now), synchronously; then as after a removal.
+ * On an error (-errno, @errp set: "cannot remove the state file 'PATH':
+ * REASON" or "cannot write the state file 'PATH': REASON") nothing
+ * changes: the job must not switch over, else a rerun after a crash
+ * would copy the stale source over what guests write to the target.
+ */
+int mirror_state_complete(MirrorState *st, GError **errp);
 
 #endif /* BLOCK_MIRROR_STATE_H */

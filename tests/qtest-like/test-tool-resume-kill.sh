@@ -485,8 +485,9 @@ ok "start --export: $N_SYNC kills -9 in the sync stage while fio wrote," \
 # After READY the speed drops to 4..16 MiB/s, a guest writes 2..8 MiB at
 # random places (then stops, as the walkthrough says), block-job-complete
 # is answered, and the kill comes 0..400 ms after: before, during or after
-# the final copy and the switch-over.  With the state file gone the job
-# must have completed: the target already equals the source.
+# the final copy and the switch-over.  With the state file gone or a
+# switched-over record left the job must have completed: the target
+# already equals the source, and a rerun refuses a switched-over record.
 for (( i = 0; i < N_COMPLETE; i++ )); do
     rm -f k.state
     cp base.raw k.src
@@ -524,10 +525,24 @@ for (( i = 0; i < N_COMPLETE; i++ )); do
         note "  no state file left: the job had completed"
         same k.src k.raw "complete $i: the state file is gone, the target"
     fi
-    had_state=$([ -e k.state ] && echo 1)
-    live_start cpl
-    live_finish cpl
-    [ -n "$had_state" ] && resumed cpl k.state
+    if [ -e k.state ] &&
+       [ "$(od -A n -t u4 -j 52 -N 4 k.state | tr -d ' ')" = 1 ]; then
+        # A switched-over record (docs/mirror-tool.md, "State file
+        # format"): the job completed; the rerun refuses, writing nothing.
+        note "  a switched-over record: the job had completed"
+        same k.src k.raw "complete $i: switched over, the target"
+        bg cpl "${cmd[@]}"
+        reap "$pid"
+        expect_rc cpl 2
+        grep -q "the job completed and the target took over at" cpl.err ||
+            { show cpl; fail "complete $i: not refused as switched over"; }
+        rm k.state
+    else
+        had_state=$([ -e k.state ] && echo 1)
+        live_start cpl
+        live_finish cpl
+        [ -n "$had_state" ] && resumed cpl k.state
+    fi
     [ "$power" = 1 ] && nbdkit_down
     same k.src k.raw "complete $i"
     assert_absent k.state "complete $i: the completed job's state file"

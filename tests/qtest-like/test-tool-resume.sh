@@ -229,3 +229,68 @@ for mode in background write-blocking; do
         fail "$mode: the resumed target misses guest writes"
     ok "$mode: guest writes acknowledged before SIGKILL are in the resumed copy"
 done
+
+# ---- a crash after the switch-over: the rerun refuses ----
+# switched_over: start --export --qmp with st, READY, block-job-complete;
+# returns once the export serves the target (pid in $pid).
+switched_over()
+{
+    rm -f st st.tmp "$scratch/q.sock"
+    truncate -s 0 dst.raw
+    truncate -s 96M dst.raw
+    "$T" start --state-file st --export "unix:$scratch/exp.sock" \
+        --qmp "$scratch/q.sock" src.raw dst.raw >sw.out 2>sw.err &
+    pid=$!
+    track_pid $pid
+    wait_for 30 "start to listen on QMP" test -S "$scratch/q.sock"
+    expect_ok $TMO "$T" qmp --wait-event BLOCK_JOB_READY --timeout 100 \
+        "$scratch/q.sock" query-jobs
+    expect_ok $TMO "$T" qmp --wait-event BLOCK_JOB_COMPLETED --timeout 100 \
+        "$scratch/q.sock" block-job-complete '{"device": "mirror"}'
+    grep -q '"error"' "$last_out" && fail "the job completed with an error"
+    wait_for 30 "the export to serve the target" \
+        grep -q 'serving the target' sw.err
+}
+
+switched_over
+[ -s st ] || fail "switched over: no state file while the target is served"
+$TMO qemu-io -f raw -c "write -P 0xee 0 64k" \
+    "nbd+unix:///?socket=$scratch/exp.sock" >qio.out 2>&1 ||
+    fail "switched over: qemu-io failed: $(cat qio.out)"
+kill -KILL $pid
+wait $pid 2>/dev/null
+untrack_pid $pid
+cp st st.orig
+sum=$(md5sum <dst.raw)
+expect_exit 2 $TMO "$T" start --state-file st \
+    --export "unix:$scratch/exp.sock" --qmp "$scratch/q.sock" src.raw dst.raw
+stderr_one_line
+stderr_has "mirror-tool: state file 'st': the job completed and the target \
+took over at "
+stderr_has "; the source is stale: delete the state file to copy again"
+[ "$(md5sum <dst.raw)" = "$sum" ] || fail "switched over: target written"
+cmp -s st st.orig || fail "switched over: the state file was changed"
+[ "$(head -c 65536 dst.raw | tr -d '\356' | wc -c)" = 0 ] ||
+    fail "switched over: the guest's write is gone"
+expect_exit 2 "$T" convert --state-file st src.raw dst.raw
+stderr_has "the job completed and the target took over"
+ok "killed after the switch-over: the rerun refuses; the guest's write stays"
+
+# A clean exit after serving (QMP quit, SIGTERM) removes the file.
+switched_over
+expect_ok $TMO "$T" qmp "$scratch/q.sock" quit
+wait $pid
+rc=$?
+untrack_pid $pid
+[ "$rc" = 0 ] || fail "quit after the switch-over: exit code $rc"
+[ ! -e st ] || fail "quit after the switch-over: the state file stays"
+switched_over
+kill -TERM $pid
+wait $pid
+rc=$?
+untrack_pid $pid
+[ "$rc" = 0 ] || fail "SIGTERM after the switch-over: exit code $rc"
+[ ! -e st ] || fail "SIGTERM after the switch-over: the state file stays"
+cmp -s src.raw dst.raw || fail "switched over: the target differs"
+ok "a clean exit after serving the target removes the state file"
+rm -f st.orig
