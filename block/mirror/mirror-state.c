@@ -149,22 +149,75 @@ static int mirror_state_unlink(MirrorState *st)
     return ret ? ret : mirror_state_fsync_dir(st->dir);
 }
 
+/*
+ * Read the file @path into *@buf (g_free) and *@len: 1.  0: there is
+ * none.  -1 with @errp set: it cannot be read, or is not a regular file
+ * (a FIFO would block the read forever, a device read would be
+ * nonsense; the writes rename over it anyway).
+ */
+static int mirror_state_read(const char *path, char **buf, gsize *len,
+                             GError **errp)
+{
+    g_autoptr(GByteArray) b = g_byte_array_new();
+    struct stat sb;
+    int fd, ret = 1;
+
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 && errno == ENOENT) {
+        return 0;
+    }
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                    g_strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "not a regular file");
+        close(fd);
+        return -1;
+    }
+    for (;;) {
+        uint8_t chunk[4096];
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                        g_strerror(errno));
+            ret = -1;
+            break;
+        }
+        if (n == 0) {
+            break;
+        }
+        g_byte_array_append(b, chunk, n);
+    }
+    close(fd);
+    if (ret == 1) {
+        *len = b->len;
+        *buf = (char *)g_byte_array_free(g_steal_pointer(&b), FALSE);
+    }
+    return ret;
+}
+
 bool mirror_state_probe(const char *path, bool *exists, GError **errp)
 {
     g_autofree char *buf = NULL;
-    g_autoptr(GError) err = NULL;
     MirrorStateFile f;
     gsize len;
     bool ok;
+    int ret;
 
     *exists = false;
-    if (!g_file_get_contents(path, &buf, &len, &err)) {
-        if (g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
-            return true;
-        }
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
-                    err->message);
-        return false;
+    ret = mirror_state_read(path, &buf, &len, errp);
+    if (ret <= 0) {
+        return ret == 0;
     }
     *exists = true;
     ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp);
@@ -270,7 +323,6 @@ MirrorState *mirror_state_open(const char *path,
                                const MirrorStateIdentity *id, GError **errp)
 {
     g_autofree char *buf = NULL;
-    g_autoptr(GError) err = NULL;
     MirrorState *st = g_new0(MirrorState, 1);
     MirrorStateFile f;
     gsize len;
@@ -294,7 +346,11 @@ MirrorState *mirror_state_open(const char *path,
     g_queue_init(&st->waiters);
     g_queue_init(&st->next_waiters);
 
-    if (g_file_get_contents(path, &buf, &len, &err)) {
+    ret = mirror_state_read(path, &buf, &len, errp);
+    if (ret < 0) {
+        goto fail;
+    }
+    if (ret > 0) {
         bool ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp) &&
                   mirror_state_identity_check(&f.id, id, errp);
 
@@ -310,11 +366,6 @@ MirrorState *mirror_state_open(const char *path,
             goto fail;
         }
         return st;
-    }
-    if (!g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
-                    err->message);
-        goto fail;
     }
     if (id->sync == MIRROR_SYNC_MODE_NONE) {
         mirror_extents_add(&st->good, 0, id->size);

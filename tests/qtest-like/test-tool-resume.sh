@@ -4,11 +4,14 @@
 # rest and leave a byte-identical target; a guest write through the
 # export to a known-good granule, acknowledged just before the SIGKILL,
 # is not lost by the resume (background and write-blocking); a state
-# file of another pair, a corrupt one, or one whose target is gone is
-# refused with one line and exit 2, writing nothing.  (That a guest's
-# write is acknowledged only once the file says its granule is not good
-# is checked at the acknowledgement itself by test-mirror-state's
-# job/guest-write; here the SIGKILL follows qemu-io's exit.)
+# file of another pair, a corrupt one, one whose target is gone, zeroed or
+# made anew, one that is not a regular file, or a switched-over record
+# left by a crash while the target was served is refused with one line
+# and exit 2, writing nothing; a clean exit after serving removes it.
+# (That a guest's write is acknowledged only once the file says its
+# granule is not good is checked at the acknowledgement itself by
+# test-mirror-state's job/guest-write; here the SIGKILL follows qemu-io's
+# exit.)
 #
 # Waits are on the state file's contents and process exits.
 #
@@ -16,7 +19,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 
 . "${TEST_LIB:-$(dirname "$0")/lib.sh}"
-requires timeout cmp od qemu-io
+requires timeout cmp od qemu-io mkfifo
 
 TMO="timeout 120"
 
@@ -201,6 +204,25 @@ stderr_one_line
 stderr_has "--state-file 'nodir/st': cannot create it"
 [ ! -e new.raw ] || fail "convert created its target for a bad state file"
 ok "a state file that is an image of the job or cannot be made is refused"
+
+# Not a regular file: refused at once (a FIFO's read would block forever).
+mkfifo fifo.st
+sum=$(md5sum <dst.raw)
+for st_path in fifo.st /dev/null .; do
+    expect_exit 2 timeout 30 "$T" convert --state-file "$st_path" src.raw \
+        new.raw
+    stderr_one_line
+    stderr_has "mirror-tool: --state-file '$st_path': not a regular file"
+    [ ! -e new.raw ] || fail "convert created its target for '$st_path'"
+    expect_exit 2 timeout 30 "$T" start --state-file "$st_path" src.raw \
+        dst.raw
+    stderr_one_line
+    stderr_has "mirror-tool: --state-file '$st_path': not a regular file"
+    [ "$(md5sum <dst.raw)" = "$sum" ] || fail "'$st_path': target written"
+done
+[ -p fifo.st ] || fail "the FIFO was replaced"
+rm -f fifo.st
+ok "a state file that is a FIFO, a device or a directory is refused"
 
 # ---- guest writes through the export, acknowledged before SIGKILL ----
 for mode in background write-blocking; do
