@@ -41,6 +41,8 @@ typedef struct MirrorStateWrite {
     const char *tmp_path;
     const char *dir;
     GByteArray *data;
+    int write_ret;              /* mirror_state_write_bg_work(): the
+                                 * write's result */
 } MirrorStateWrite;
 
 struct MirrorState {
@@ -137,16 +139,39 @@ static int mirror_state_write_work(void *arg)
     return ret;
 }
 
-/* Remove the file (and a temporary one left behind). */
-static int mirror_state_unlink(MirrorState *st)
+/* Remove the file @path (and @tmp_path, a temporary one left behind),
+ * then fsync @dir.  Blocking. */
+static int mirror_state_unlink_paths(const char *path, const char *tmp_path,
+                                     const char *dir)
 {
     int ret = 0;
 
-    unlink(st->tmp_path);
-    if (unlink(st->path) < 0 && errno != ENOENT) {
+    unlink(tmp_path);
+    if (unlink(path) < 0 && errno != ENOENT) {
         ret = -errno;
     }
-    return ret ? ret : mirror_state_fsync_dir(st->dir);
+    return ret ? ret : mirror_state_fsync_dir(dir);
+}
+
+static int mirror_state_unlink(MirrorState *st)
+{
+    return mirror_state_unlink_paths(st->path, st->tmp_path, st->dir);
+}
+
+/*
+ * A write in the background (on a worker): when it fails nothing on disk
+ * may be trusted, so the file is removed there too.  0: written, or
+ * (->write_ret < 0) removed; else the removal's error.
+ */
+static int mirror_state_write_bg_work(void *arg)
+{
+    MirrorStateWrite *w = arg;
+
+    w->write_ret = mirror_state_write_work(w);
+    if (w->write_ret == 0) {
+        return 0;
+    }
+    return mirror_state_unlink_paths(w->path, w->tmp_path, w->dir);
 }
 
 /*
@@ -240,18 +265,21 @@ static void mirror_state_write_done(void *opaque, int ret)
     MirrorState *st = opaque;
     GQueue done = G_QUEUE_INIT;
     MirrorStateWaiter *w;
+    int write_ret = st->write->write_ret;
 
     mirror_state_write_free(st->write);
     st->write = NULL;
-    if (ret == 0) {
+    if (write_ret == 0) {
         mirror_extents_swap(&st->disk, &st->writing);
     } else {
-        /* Nothing on disk may be trusted now: remove it. */
-        g_debug("state file '%s': write failed: %s; removing it",
-                st->path, g_strerror(-ret));
-        if (mirror_state_unlink(st) == 0) {
+        /* Nothing on disk may be trusted: the worker removed it. */
+        g_debug("state file '%s': write failed: %s; %s", st->path,
+                g_strerror(-write_ret),
+                ret == 0 ? "removed it" : "cannot remove it either");
+        if (ret == 0) {
             mirror_extents_clear(&st->disk);
-            ret = 0;
+        } else {
+            ret = write_ret;
         }
     }
     mirror_extents_clear(&st->writing);
@@ -285,7 +313,7 @@ static void mirror_state_write_start(MirrorState *st)
         .data = mirror_state_encode(&st->id, ++st->seq, &st->good, 0),
     };
     st->write = w;
-    thread_pool_submit(thread_pool_get(), mirror_state_write_work, w,
+    thread_pool_submit(thread_pool_get(), mirror_state_write_bg_work, w,
                        mirror_state_write_done, st);
 }
 

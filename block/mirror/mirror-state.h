@@ -17,16 +17,19 @@
  * one of them is known good, the guest's write waits until a state that
  * says otherwise is on disk.  Granules guests write stay out of the
  * known-good set for a while (MIRROR_STATE_HOT_NS, "hot"), so that a
- * guest rewriting them does not wait again at every copy.  Waiters share one state write (group
- * commit); writes to granules the file already calls not good go on at
- * once.  Between the gate and mirror_state_guest_done() the granules are
+ * guest rewriting them does not wait again at every copy.  Waiters share
+ * one state write (group commit); writes to granules the file already
+ * calls not good go on at once.  Between the gate and mirror_state_guest_done() the granules are
  * held: no flush promotes them.
  *
  * Writing the file: the whole state into PATH.tmp, fsync, rename over
  * PATH, fsync of the directory; on a worker thread.  A crash leaves the
  * old or the new file whole.  A write that fails removes the file
- * instead (a rerun then starts over, until a later write succeeds); if
- * even that fails, the guest writes waiting for it fail with the error.
+ * instead, on the worker too (a rerun then starts over, until a later
+ * write succeeds); if even that fails, the guest writes waiting for it
+ * fail with the error.  Removing the file at completion
+ * (mirror_state_complete(), mirror_state_remove()) is synchronous: the
+ * switch-over waits for it anyway, and it happens once per job.
  *
  * All on the main loop.  Every function accepts a NULL state and then
  * does nothing (a job without --state-file).
