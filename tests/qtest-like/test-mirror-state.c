@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define G 65536
 
@@ -143,6 +144,58 @@ static void test_format_round_trip(void)
     /* 80 + identities + 4, three 16-byte extents, 4. */
     g_assert_cmpuint(b->len, ==, 80 + strlen(id.source) +
                      strlen(id.target) + 4 + 3 * 16 + 4);
+    mirror_state_file_clear(&f);
+    mirror_extents_destroy(&good);
+}
+
+static uint32_t get_le32_at(const uint8_t *p)
+{
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = v >> (8 * i);
+    }
+}
+
+/* A version 1 file (no switch-over time, identities at 72) is read; a
+ * switched-over record round-trips. */
+static void test_format_versions(void)
+{
+    MirrorStateIdentity id = test_identity();
+    MirrorExtents good;
+    g_autoptr(GByteArray) b = test_file(&good);
+    g_autoptr(GByteArray) v1 = g_byte_array_new();
+    g_autoptr(GByteArray) sw = NULL;
+    uint32_t hlen = get_le32_at(b->data + 12), hcrc;
+    MirrorStateFile f;
+
+    /* v1: bytes 0..71, the identities, CRC; the extents, CRC. */
+    g_byte_array_append(v1, b->data, 72);
+    g_byte_array_append(v1, b->data + 80, hlen - 4 - 80);
+    put_le32(v1->data + 8, 1);
+    put_le32(v1->data + 12, hlen - 8);
+    hcrc = crc32(0, v1->data, v1->len);
+    g_byte_array_set_size(v1, v1->len + 4);
+    put_le32(v1->data + v1->len - 4, hcrc);
+    g_byte_array_append(v1, b->data + hlen, b->len - hlen - 4);
+    g_byte_array_set_size(v1, v1->len + 4);
+    put_le32(v1->data + v1->len - 4,
+             crc32(hcrc, v1->data + hlen - 8, b->len - hlen - 4));
+    g_assert_true(mirror_state_decode(v1->data, v1->len, &f, NULL));
+    g_assert_true(mirror_state_identity_check(&f.id, &id, NULL));
+    g_assert_cmpint(f.good.bytes, ==, good.bytes);
+    g_assert_cmpint(f.switched_us, ==, 0);
+    mirror_state_file_clear(&f);
+
+    sw = mirror_state_encode(&id, 9, &good, 1234567);
+    g_assert_true(mirror_state_decode(sw->data, sw->len, &f, NULL));
+    g_assert_cmpint(f.switched_us, ==, 1234567);
+    g_assert_cmpuint(get_le32_at(sw->data + 52), ==,
+                     MIRROR_STATE_F_SWITCHED);
     mirror_state_file_clear(&f);
     mirror_extents_destroy(&good);
 }
@@ -769,6 +822,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/extents/model", test_extents_model);
     g_test_add_func("/mirror-state/format/round-trip",
                     test_format_round_trip);
+    g_test_add_func("/mirror-state/format/versions", test_format_versions);
     g_test_add_func("/mirror-state/format/corrupt-bytes",
                     test_format_corrupt_bytes);
     g_test_add_func("/mirror-state/format/truncated", test_format_truncated);
