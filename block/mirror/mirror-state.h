@@ -19,8 +19,9 @@
  * known-good set for a while (MIRROR_STATE_HOT_NS, "hot"), so that a
  * guest rewriting them does not wait again at every copy.  Waiters share
  * one state write (group commit); writes to granules the file already
- * calls not good go on at once.  Between the gate and mirror_state_guest_done() the granules are
- * held: no flush promotes them.
+ * calls not good go on at once.  Between the gate and
+ * mirror_state_guest_done() the granules are held: no flush promotes
+ * them.
  *
  * Writing the file: the whole state into PATH.tmp, fsync, rename over
  * PATH, fsync of the directory; on a worker thread.  A crash leaves the
