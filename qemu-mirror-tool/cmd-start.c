@@ -521,6 +521,10 @@ int cmd_start(int argc, char **argv)
             job_unref(job);
             goto out;
         }
+        /* Guests write the target through the export after the
+         * switch-over: until they are done (a clean exit), a rerun
+         * must not copy the stale source over it. */
+        mirror_state_set_switch_record(state, o.export_addr != NULL);
     }
 
     if (o.export_addr) {
@@ -602,6 +606,16 @@ int cmd_start(int argc, char **argv)
                    served, !strcmp(served, "target") ? argv[2] : argv[1],
                    g_strerror(-flush_ret));
         ret = TOOL_EXIT_FAILURE;
+    }
+    if (flush_ret >= 0 && mirror_state_switched_us(state) > 0) {
+        g_autoptr(GError) rm_err = NULL;
+
+        /* A clean exit: the guests are done with the target.  Else the
+         * switched-over record stays, and a rerun refuses. */
+        if (mirror_state_remove(state, &rm_err) < 0) {
+            tool_error("%s", rm_err->message);
+            ret = TOOL_EXIT_FAILURE;
+        }
     }
     qmp_server_free(qmp);
     job_runner_destroy(&runner);

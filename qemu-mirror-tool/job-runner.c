@@ -6,6 +6,7 @@
  */
 #include "qemu-mirror-tool/job-runner.h"
 #include "qemu-mirror-tool/qmp-job.h"
+#include "qemu-mirror-tool/resume-check.h"
 #include "qemu-mirror-tool/tool.h"
 #include "block/mirror/mirror.h"
 #include "block/nbd.h"
@@ -13,6 +14,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glib-unix.h>
 #include <signal.h>
 #include <stdio.h>
@@ -470,23 +472,35 @@ void job_runner_destroy(JobRunner *r)
 /*
  * An image's identity in a state file: "FORMAT NAME size=N", NAME the
  * node's file name (an NBD URI shows no TLS user name); for a local file
- * or block device its real path and " ino=N", so that an image made anew
- * under the same name is another image.  No st_dev: device numbers of
- * device-mapper, USB and network file systems change across reboots, and
- * resuming after a power cut is the point.
+ * or block device its real path and " ino=N", and for a regular file
+ * " btime=S.N" too when the file system reports a birth time, so that a
+ * file removed and made anew under the same name is another image even
+ * when it gets the same inode back.  What keeps its inode (a truncate or
+ * `qemu-img create` over it) the spot check on resume finds
+ * (resume-check.h).  No st_dev: device numbers of device-mapper, USB and
+ * network file systems change across reboots, and resuming after a power
+ * cut is the point.
  */
 static char *job_runner_identity(BlockDriverState *bs)
 {
     const char *name = bdrv_get_filename(bs);
     const char *fmt = bdrv_get_format_name(bs);
     g_autofree char *real = NULL;
-    struct stat st;
+    g_autofree char *btime = NULL;
+    struct statx stx;
 
-    if (stat(name, &st) == 0 &&
-        (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+    if (statx(AT_FDCWD, name, 0, STATX_BASIC_STATS | STATX_BTIME,
+              &stx) == 0 &&
+        (S_ISREG(stx.stx_mode) || S_ISBLK(stx.stx_mode))) {
         real = realpath(name, NULL);
-        return g_strdup_printf("%s %s ino=%ju size=%" G_GINT64_FORMAT, fmt,
-                               real ? real : name, (uintmax_t)st.st_ino,
+        if (S_ISREG(stx.stx_mode) && (stx.stx_mask & STATX_BTIME)) {
+            btime = g_strdup_printf(" btime=%lld.%09u",
+                                    (long long)stx.stx_btime.tv_sec,
+                                    stx.stx_btime.tv_nsec);
+        }
+        return g_strdup_printf("%s %s ino=%ju%s size=%" G_GINT64_FORMAT,
+                               fmt, real ? real : name,
+                               (uintmax_t)stx.stx_ino, btime ? btime : "",
                                bdrv_getlength(bs));
     }
     return g_strdup_printf("%s %s size=%" G_GINT64_FORMAT, fmt, name,
@@ -516,6 +530,37 @@ MirrorState *job_runner_open_state(const char *path, Job *job,
     if (!st) {
         tool_error("--state-file '%s': %s", path, err->message);
         return NULL;
+    }
+    if (mirror_state_switched_us(st) > 0) {
+        g_autoptr(GDateTime) t =
+            g_date_time_new_from_unix_utc(mirror_state_switched_us(st) /
+                                          G_USEC_PER_SEC);
+        g_autofree char *when = t ? g_date_time_format(t, "%FT%TZ") : NULL;
+
+        tool_error("state file '%s': the job completed and the target took "
+                   "over at %s; the source is stale: delete the state file "
+                   "to copy again", path, when ? when : "?");
+        mirror_state_free(st);
+        return NULL;
+    }
+    if (mirror_state_resumed(st)) {
+        int64_t at = 0;
+        int ret = resume_check(src, dst, mirror_state_good(st),
+                               stats.granularity, &at, &err);
+
+        if (ret != 0) {
+            if (ret < 0) {
+                tool_error("state file '%s': %s", path, err->message);
+            } else {
+                tool_error("state file '%s': the target differs from the "
+                           "source in a granule it calls known good "
+                           "(offset %" G_GINT64_FORMAT "); the target "
+                           "changed since: delete the state file to copy "
+                           "again", path, at);
+            }
+            mirror_state_free(st);
+            return NULL;
+        }
     }
     if (mirror_state_resumed(st) && !quiet) {
         fprintf(stderr, "mirror-tool: resuming from '%s': %" G_GINT64_FORMAT

@@ -61,7 +61,8 @@ static uint32_t mirror_state_crc(uint32_t seed, const uint8_t *p, size_t n)
 }
 
 GByteArray *mirror_state_encode(const MirrorStateIdentity *id, uint64_t seq,
-                                const MirrorExtents *good)
+                                const MirrorExtents *good,
+                                int64_t switched_us)
 {
     GByteArray *b = g_byte_array_new();
     size_t slen = strlen(id->source), tlen = strlen(id->target);
@@ -78,9 +79,10 @@ GByteArray *mirror_state_encode(const MirrorStateIdentity *id, uint64_t seq,
     put_u32(b, id->sync);
     put_u32(b, slen);
     put_u32(b, tlen);
-    put_u32(b, 0);
+    put_u32(b, switched_us > 0 ? MIRROR_STATE_F_SWITCHED : 0);
     put_u64(b, n);
     put_u64(b, good->bytes);
+    put_u64(b, switched_us > 0 ? switched_us : 0);
     g_assert(b->len == MIRROR_STATE_HEADER_FIXED);
     g_byte_array_append(b, (const uint8_t *)id->source, slen);
     g_byte_array_append(b, (const uint8_t *)id->target, tlen);
@@ -137,25 +139,28 @@ static bool mirror_state_decode_extents(const uint8_t *p, uint64_t n,
 bool mirror_state_decode(const uint8_t *buf, size_t len, MirrorStateFile *f,
                          GError **errp)
 {
-    uint32_t hlen, slen, tlen, sync, hcrc;
-    uint64_t n, total;
+    uint32_t hlen, slen, tlen, sync, hcrc, version, flags, fixed;
+    uint64_t n, total, switched = 0;
     int64_t size, g;
 
     memset(f, 0, sizeof(*f));
     mirror_extents_init(&f->good);
-    if (len < MIRROR_STATE_HEADER_FIXED + 4 ||
+    if (len < MIRROR_STATE_HEADER_FIXED_V1 + 4 ||
         memcmp(buf, MIRROR_STATE_MAGIC, 8)) {
         return mirror_state_bad(errp, "not a mirror-tool state file (bad "
                                 "magic or truncated)");
     }
-    if (get_u32(buf + 8) != MIRROR_STATE_VERSION) {
+    version = get_u32(buf + 8);
+    if (version != 1 && version != MIRROR_STATE_VERSION) {
         return mirror_state_bad(errp, "unsupported version");
     }
+    fixed = version == 1 ? MIRROR_STATE_HEADER_FIXED_V1 :
+            MIRROR_STATE_HEADER_FIXED;
     hlen = get_u32(buf + 12);
     slen = get_u32(buf + 44);
     tlen = get_u32(buf + 48);
     if (slen > MIRROR_STATE_MAX_ID || tlen > MIRROR_STATE_MAX_ID ||
-        hlen != MIRROR_STATE_HEADER_FIXED + slen + tlen + 4 || hlen > len) {
+        hlen != fixed + slen + tlen + 4 || hlen > len) {
         return mirror_state_bad(errp, "truncated or bad header length");
     }
     hcrc = mirror_state_crc(0, buf, hlen - 4);
@@ -174,19 +179,25 @@ bool mirror_state_decode(const uint8_t *buf, size_t len, MirrorStateFile *f,
     size = get_u64(buf + 24);
     g = get_u64(buf + 32);
     sync = get_u32(buf + 40);
+    flags = get_u32(buf + 52);
+    if (version != 1) {
+        switched = get_u64(buf + 72);
+    }
     if (size < 0 || g < 512 || (g & (g - 1)) ||
         sync >= G_N_ELEMENTS(mirror_state_sync_names) ||
-        get_u32(buf + 52) != 0) {
+        (flags & ~(uint32_t)MIRROR_STATE_F_SWITCHED) ||
+        (version == 1 && flags) ||
+        !(flags & MIRROR_STATE_F_SWITCHED) != !switched ||
+        switched > INT64_MAX) {
         return mirror_state_bad(errp, "bad header values");
     }
     f->seq = get_u64(buf + 16);
+    f->switched_us = switched;
     f->id.size = size;
     f->id.granularity = g;
     f->id.sync = sync;
-    f->id.source = g_strndup((const char *)buf + MIRROR_STATE_HEADER_FIXED,
-                             slen);
-    f->id.target = g_strndup((const char *)buf + MIRROR_STATE_HEADER_FIXED +
-                             slen, tlen);
+    f->id.source = g_strndup((const char *)buf + fixed, slen);
+    f->id.target = g_strndup((const char *)buf + fixed + slen, tlen);
     if (strlen(f->id.source) != slen || strlen(f->id.target) != tlen) {
         return mirror_state_bad(errp, "bad identity");
     }

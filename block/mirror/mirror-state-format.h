@@ -16,9 +16,13 @@
 #include <stdint.h>
 
 #define MIRROR_STATE_MAGIC          "QMIRSTAT"
-#define MIRROR_STATE_VERSION        1
-/* Fixed part of the header, before the identity strings. */
-#define MIRROR_STATE_HEADER_FIXED   72
+#define MIRROR_STATE_VERSION        2
+/* Fixed part of the header, before the identity strings (version 1, read
+ * still: 72, without the switch-over time). */
+#define MIRROR_STATE_HEADER_FIXED   80
+#define MIRROR_STATE_HEADER_FIXED_V1 72
+/* Header flags (offset 52). */
+#define MIRROR_STATE_F_SWITCHED     1   /* completed; the target took over */
 /* Longest identity string accepted. */
 #define MIRROR_STATE_MAX_ID         4096
 
@@ -36,6 +40,8 @@ typedef struct MirrorStateFile {
     uint64_t seq;               /* the write's sequence number */
     MirrorStateIdentity id;
     MirrorExtents good;         /* the known-good extents */
+    int64_t switched_us;        /* > 0: the job completed and the target
+                                 * took over then (µs since the epoch) */
 } MirrorStateFile;
 
 /* Free the strings of @id (the struct itself is the caller's). */
@@ -46,9 +52,12 @@ void mirror_state_identity_copy(MirrorStateIdentity *dst,
                                 const MirrorStateIdentity *src);
 
 /* The file's bytes for @id, sequence number @seq and the known-good
- * extents @good (inside [0, id->size), granule aligned but the end). */
+ * extents @good (inside [0, id->size), granule aligned but the end);
+ * @switched_us > 0: a switched-over record (MIRROR_STATE_F_SWITCHED),
+ * the target took over at that time (µs since the epoch). */
 GByteArray *mirror_state_encode(const MirrorStateIdentity *id, uint64_t seq,
-                                const MirrorExtents *good);
+                                const MirrorExtents *good,
+                                int64_t switched_us);
 
 /*
  * Parse and check @len bytes at @buf: magic, version, lengths, both

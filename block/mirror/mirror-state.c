@@ -41,6 +41,8 @@ typedef struct MirrorStateWrite {
     const char *tmp_path;
     const char *dir;
     GByteArray *data;
+    int write_ret;              /* mirror_state_write_bg_work(): the
+                                 * write's result */
 } MirrorStateWrite;
 
 struct MirrorState {
@@ -69,7 +71,12 @@ struct MirrorState {
     GQueue next_waiters;        /* MirrorStateWaiter: need a write that
                                  * begins after they came */
     GQueue waiters;             /* ... the write in flight */
-    bool removed;               /* the job completed: the file is gone */
+    bool removed;               /* the job completed: the file is gone,
+                                 * or a switched-over record */
+    bool switch_record;         /* completion writes a switched-over
+                                 * record instead of removing the file */
+    int64_t switched_us;        /* > 0: the file is a switched-over
+                                 * record of then (loaded or written) */
     void (*idle_cb)(void *opaque);
     void *idle_opaque;
 };
@@ -132,34 +139,110 @@ static int mirror_state_write_work(void *arg)
     return ret;
 }
 
-/* Remove the file (and a temporary one left behind). */
-static int mirror_state_unlink(MirrorState *st)
+/* Remove the file @path (and @tmp_path, a temporary one left behind),
+ * then fsync @dir.  Blocking. */
+static int mirror_state_unlink_paths(const char *path, const char *tmp_path,
+                                     const char *dir)
 {
     int ret = 0;
 
-    unlink(st->tmp_path);
-    if (unlink(st->path) < 0 && errno != ENOENT) {
+    unlink(tmp_path);
+    if (unlink(path) < 0 && errno != ENOENT) {
         ret = -errno;
     }
-    return ret ? ret : mirror_state_fsync_dir(st->dir);
+    return ret ? ret : mirror_state_fsync_dir(dir);
+}
+
+static int mirror_state_unlink(MirrorState *st)
+{
+    return mirror_state_unlink_paths(st->path, st->tmp_path, st->dir);
+}
+
+/*
+ * A write in the background (on a worker): when it fails nothing on disk
+ * may be trusted, so the file is removed there too.  0: written, or
+ * (->write_ret < 0) removed; else the removal's error.
+ */
+static int mirror_state_write_bg_work(void *arg)
+{
+    MirrorStateWrite *w = arg;
+
+    w->write_ret = mirror_state_write_work(w);
+    if (w->write_ret == 0) {
+        return 0;
+    }
+    return mirror_state_unlink_paths(w->path, w->tmp_path, w->dir);
+}
+
+/*
+ * Read the file @path into *@buf (g_free) and *@len: 1.  0: there is
+ * none.  -1 with @errp set: it cannot be read, or is not a regular file
+ * (a FIFO would block the read forever, a device read would be
+ * nonsense; the writes rename over it anyway).
+ */
+static int mirror_state_read(const char *path, char **buf, gsize *len,
+                             GError **errp)
+{
+    g_autoptr(GByteArray) b = g_byte_array_new();
+    struct stat sb;
+    int fd, ret = 1;
+
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 && errno == ENOENT) {
+        return 0;
+    }
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                    g_strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
+                    "not a regular file");
+        close(fd);
+        return -1;
+    }
+    for (;;) {
+        uint8_t chunk[4096];
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
+                        g_strerror(errno));
+            ret = -1;
+            break;
+        }
+        if (n == 0) {
+            break;
+        }
+        g_byte_array_append(b, chunk, n);
+    }
+    close(fd);
+    if (ret == 1) {
+        *len = b->len;
+        *buf = (char *)g_byte_array_free(g_steal_pointer(&b), FALSE);
+    }
+    return ret;
 }
 
 bool mirror_state_probe(const char *path, bool *exists, GError **errp)
 {
     g_autofree char *buf = NULL;
-    g_autoptr(GError) err = NULL;
     MirrorStateFile f;
     gsize len;
     bool ok;
+    int ret;
 
     *exists = false;
-    if (!g_file_get_contents(path, &buf, &len, &err)) {
-        if (g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
-            return true;
-        }
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
-                    err->message);
-        return false;
+    ret = mirror_state_read(path, &buf, &len, errp);
+    if (ret <= 0) {
+        return ret == 0;
     }
     *exists = true;
     ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp);
@@ -182,18 +265,21 @@ static void mirror_state_write_done(void *opaque, int ret)
     MirrorState *st = opaque;
     GQueue done = G_QUEUE_INIT;
     MirrorStateWaiter *w;
+    int write_ret = st->write->write_ret;
 
     mirror_state_write_free(st->write);
     st->write = NULL;
-    if (ret == 0) {
+    if (write_ret == 0) {
         mirror_extents_swap(&st->disk, &st->writing);
     } else {
-        /* Nothing on disk may be trusted now: remove it. */
-        g_debug("state file '%s': write failed: %s; removing it",
-                st->path, g_strerror(-ret));
-        if (mirror_state_unlink(st) == 0) {
+        /* Nothing on disk may be trusted: the worker removed it. */
+        g_debug("state file '%s': write failed: %s; %s", st->path,
+                g_strerror(-write_ret),
+                ret == 0 ? "removed it" : "cannot remove it either");
+        if (ret == 0) {
             mirror_extents_clear(&st->disk);
-            ret = 0;
+        } else {
+            ret = write_ret;
         }
     }
     mirror_extents_clear(&st->writing);
@@ -224,10 +310,10 @@ static void mirror_state_write_start(MirrorState *st)
     mirror_extents_copy(&st->writing, &st->good);
     *w = (MirrorStateWrite) {
         .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
-        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
+        .data = mirror_state_encode(&st->id, ++st->seq, &st->good, 0),
     };
     st->write = w;
-    thread_pool_submit(thread_pool_get(), mirror_state_write_work, w,
+    thread_pool_submit(thread_pool_get(), mirror_state_write_bg_work, w,
                        mirror_state_write_done, st);
 }
 
@@ -244,16 +330,29 @@ static void mirror_state_want_write(MirrorState *st)
     }
 }
 
+/* Write a state with the known-good extents @good now, synchronously;
+ * @switched_us as mirror_state_encode()'s.  0 or -errno. */
+static int mirror_state_write_now(MirrorState *st, const MirrorExtents *good,
+                                  int64_t switched_us)
+{
+    MirrorStateWrite w = {
+        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
+        .data = mirror_state_encode(&st->id, ++st->seq, good, switched_us),
+    };
+    int ret = mirror_state_write_work(&w);
+
+    g_byte_array_unref(w.data);
+    return ret;
+}
+
 /* ---- opening ---- */
 
 MirrorState *mirror_state_open(const char *path,
                                const MirrorStateIdentity *id, GError **errp)
 {
     g_autofree char *buf = NULL;
-    g_autoptr(GError) err = NULL;
     MirrorState *st = g_new0(MirrorState, 1);
     MirrorStateFile f;
-    MirrorStateWrite w;
     gsize len;
     int ret;
 
@@ -275,13 +374,18 @@ MirrorState *mirror_state_open(const char *path,
     g_queue_init(&st->waiters);
     g_queue_init(&st->next_waiters);
 
-    if (g_file_get_contents(path, &buf, &len, &err)) {
+    ret = mirror_state_read(path, &buf, &len, errp);
+    if (ret < 0) {
+        goto fail;
+    }
+    if (ret > 0) {
         bool ok = mirror_state_decode((const uint8_t *)buf, len, &f, errp) &&
                   mirror_state_identity_check(&f.id, id, errp);
 
         if (ok) {
             st->resumed = true;
             st->seq = f.seq;
+            st->switched_us = f.switched_us;
             mirror_extents_copy(&st->good, &f.good);
             mirror_extents_copy(&st->disk, &f.good);
         }
@@ -291,20 +395,10 @@ MirrorState *mirror_state_open(const char *path,
         }
         return st;
     }
-    if (!g_error_matches(err, G_FILE_ERROR, G_FILE_ERROR_NOENT)) {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN, "%s",
-                    err->message);
-        goto fail;
-    }
     if (id->sync == MIRROR_SYNC_MODE_NONE) {
         mirror_extents_add(&st->good, 0, id->size);
     }
-    w = (MirrorStateWrite) {
-        .path = st->path, .tmp_path = st->tmp_path, .dir = st->dir,
-        .data = mirror_state_encode(&st->id, ++st->seq, &st->good),
-    };
-    ret = mirror_state_write_work(&w);
-    g_byte_array_unref(w.data);
+    ret = mirror_state_write_now(st, &st->good, 0);
     if (ret < 0) {
         g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_OPEN,
                     "cannot write it: %s", g_strerror(-ret));
@@ -363,6 +457,18 @@ void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
 bool mirror_state_resumed(MirrorState *st)
 {
     return st && st->resumed;
+}
+
+int64_t mirror_state_switched_us(MirrorState *st)
+{
+    return st ? st->switched_us : 0;
+}
+
+void mirror_state_set_switch_record(MirrorState *st, bool on)
+{
+    if (st) {
+        st->switch_record = on;
+    }
 }
 
 const MirrorExtents *mirror_state_good(MirrorState *st)
@@ -629,12 +735,27 @@ void mirror_state_set_hot_ns(MirrorState *st, int64_t ns)
     }
 }
 
-int mirror_state_remove(MirrorState *st, GError **errp)
+/* The job completed: the gate opens and everything is known good. */
+static void mirror_state_completed(MirrorState *st)
 {
     MirrorStateWaiter *w;
+
+    st->removed = true;
+    /* The job completed: all of it is good (hot granules too). */
+    mirror_extents_clear(&st->good);
+    mirror_extents_add(&st->good, 0, st->id.size);
+    /* Nobody needs the file any more: waiting guests go on. */
+    while ((w = g_queue_pop_head(&st->next_waiters))) {
+        w->cb(w->opaque, 0);
+        g_free(w);
+    }
+}
+
+int mirror_state_remove(MirrorState *st, GError **errp)
+{
     int ret;
 
-    if (!st || st->removed) {
+    if (!st || (st->removed && !st->switched_us)) {
         return 0;
     }
     g_assert(!st->write);
@@ -646,14 +767,41 @@ int mirror_state_remove(MirrorState *st, GError **errp)
                     g_strerror(-ret));
         return ret;
     }
-    st->removed = true;
-    /* The job completed: all of it is good (hot granules too). */
-    mirror_extents_clear(&st->good);
-    mirror_extents_add(&st->good, 0, st->id.size);
-    /* Nobody needs the file any more: waiting guests go on. */
-    while ((w = g_queue_pop_head(&st->next_waiters))) {
-        w->cb(w->opaque, 0);
-        g_free(w);
+    st->switched_us = 0;
+    if (!st->removed) {
+        mirror_state_completed(st);
     }
+    return 0;
+}
+
+int mirror_state_complete(MirrorState *st, GError **errp)
+{
+    int64_t now = g_get_real_time();
+    MirrorExtents all;
+    int ret;
+
+    if (!st || !st->switch_record) {
+        return mirror_state_remove(st, errp);
+    }
+    if (st->removed) {
+        return 0;
+    }
+    g_assert(!st->write);
+    mirror_extents_init(&all);
+    if (st->id.size > 0) {
+        mirror_extents_add(&all, 0, st->id.size);
+    }
+    ret = mirror_state_write_now(st, &all, now);
+    mirror_extents_destroy(&all);
+    if (ret < 0) {
+        /* The file and the gate stay: the job must not switch over. */
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_IO,
+                    "cannot write the state file '%s': %s", st->path,
+                    g_strerror(-ret));
+        return ret;
+    }
+    mirror_state_completed(st);
+    mirror_extents_copy(&st->disk, &st->good);
+    st->switched_us = now;
     return 0;
 }

@@ -17,16 +17,20 @@
  * one of them is known good, the guest's write waits until a state that
  * says otherwise is on disk.  Granules guests write stay out of the
  * known-good set for a while (MIRROR_STATE_HOT_NS, "hot"), so that a
- * guest rewriting them does not wait again at every copy.  Waiters share one state write (group
- * commit); writes to granules the file already calls not good go on at
- * once.  Between the gate and mirror_state_guest_done() the granules are
- * held: no flush promotes them.
+ * guest rewriting them does not wait again at every copy.  Waiters share
+ * one state write (group commit); writes to granules the file already
+ * calls not good go on at once.  Between the gate and
+ * mirror_state_guest_done() the granules are held: no flush promotes
+ * them.
  *
  * Writing the file: the whole state into PATH.tmp, fsync, rename over
  * PATH, fsync of the directory; on a worker thread.  A crash leaves the
  * old or the new file whole.  A write that fails removes the file
- * instead (a rerun then starts over, until a later write succeeds); if
- * even that fails, the guest writes waiting for it fail with the error.
+ * instead, on the worker too (a rerun then starts over, until a later
+ * write succeeds); if even that fails, the guest writes waiting for it
+ * fail with the error.  Removing the file at completion
+ * (mirror_state_complete(), mirror_state_remove()) is synchronous: the
+ * switch-over waits for it anyway, and it happens once per job.
  *
  * All on the main loop.  Every function accepts a NULL state and then
  * does nothing (a job without --state-file).
@@ -84,6 +88,23 @@ void mirror_state_set_idle_cb(MirrorState *st, void (*cb)(void *opaque),
 /* Did @st load an existing file? */
 bool mirror_state_resumed(MirrorState *st);
 
+/*
+ * > 0: the file is a switched-over record (a loaded one, or written by
+ * mirror_state_complete()): the job completed and the target took over
+ * at that time (µs since the epoch); its source is stale, so a job must
+ * not resume from it.  0: not (or a NULL state).
+ */
+int64_t mirror_state_switched_us(MirrorState *st);
+
+/*
+ * @on: at completion, mirror_state_complete() writes a switched-over
+ * record instead of removing the file, for a job whose target guests
+ * write after the switch-over (start --export); the caller removes it
+ * with mirror_state_remove() once they are done (a clean exit).  Off by
+ * default.
+ */
+void mirror_state_set_switch_record(MirrorState *st, bool on);
+
 /* The known-good extents now (bytes: ->bytes). */
 const MirrorExtents *mirror_state_good(MirrorState *st);
 
@@ -127,13 +148,24 @@ void mirror_state_guest_done(MirrorState *st, int64_t offset, int64_t bytes);
 void mirror_state_set_hot_ns(MirrorState *st, int64_t ns);
 
 /*
- * The job completed: remove the file, synchronously (the job calls it
- * when mirror_state_busy() is false, before guests reach the target).
- * Then guest writes no longer wait and everything counts as known good;
- * 0.  When it cannot be removed: -errno with @errp set ("cannot remove
- * the state file 'PATH': REASON"), and nothing changes (the file and the
- * gate stay): the job must not switch over.
+ * Remove the file, synchronously (when mirror_state_busy() is false),
+ * also a switched-over record.  Then guest writes no longer wait and
+ * everything counts as known good; 0.  When it cannot be removed:
+ * -errno with @errp set ("cannot remove the state file 'PATH': REASON"),
+ * and nothing changes (the file and the gate stay).
  */
 int mirror_state_remove(MirrorState *st, GError **errp);
+
+/*
+ * The job completed (the job calls it when mirror_state_busy() is false,
+ * before guests reach the target): mirror_state_remove(), or with
+ * mirror_state_set_switch_record() write a switched-over record (all
+ * known good, the time now), synchronously; then as after a removal.
+ * On an error (-errno, @errp set: "cannot remove the state file 'PATH':
+ * REASON" or "cannot write the state file 'PATH': REASON") nothing
+ * changes: the job must not switch over, else a rerun after a crash
+ * would copy the stale source over what guests write to the target.
+ */
+int mirror_state_complete(MirrorState *st, GError **errp);
 
 #endif /* BLOCK_MIRROR_STATE_H */

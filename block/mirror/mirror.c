@@ -484,10 +484,11 @@ static void mirror_check_state(MirrorJob *s)
         }
         if (s->should_complete && s->track.state) {
             /*
-             * Nothing to resume: the file goes before guests reach the
-             * target, else a rerun after a crash would copy the stale
-             * source over their writes.  A state write in flight would
-             * put it back: wait for it (its end pumps).
+             * Nothing to resume: the file goes (or says "switched
+             * over", mirror_state_set_switch_record()) before guests
+             * reach the target, else a rerun after a crash would copy
+             * the stale source over their writes.  A state write in
+             * flight would put it back: wait for it (its end pumps).
              */
             g_autoptr(GError) err = NULL;
             int ret;
@@ -495,7 +496,7 @@ static void mirror_check_state(MirrorJob *s)
             if (mirror_state_busy(s->track.state)) {
                 return;
             }
-            ret = mirror_state_remove(s->track.state, &err);
+            ret = mirror_state_complete(s->track.state, &err);
             if (ret < 0) {
                 /* A rerun would copy the stale source over what guests
                  * write to the target: no switch-over, the job fails. */

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define G 65536
 
@@ -116,7 +117,7 @@ static GByteArray *test_file(MirrorExtents *good)
     mirror_extents_add(good, 0, 3 * G);
     mirror_extents_add(good, 5 * G, 6 * G);
     mirror_extents_add(good, 9 * G, 16 * G + 100);     /* to the end */
-    return mirror_state_encode(&id, 7, good);
+    return mirror_state_encode(&id, 7, good, 0);
 }
 
 static void test_format_round_trip(void)
@@ -139,9 +140,62 @@ static void test_format_round_trip(void)
         g_assert_cmpint(mirror_extents_get(&f.good, i)->end, ==,
                         mirror_extents_get(&good, i)->end);
     }
-    /* 72 + identities + 4, three 16-byte extents, 4. */
-    g_assert_cmpuint(b->len, ==, 72 + strlen(id.source) +
+    g_assert_cmpint(f.switched_us, ==, 0);
+    /* 80 + identities + 4, three 16-byte extents, 4. */
+    g_assert_cmpuint(b->len, ==, 80 + strlen(id.source) +
                      strlen(id.target) + 4 + 3 * 16 + 4);
+    mirror_state_file_clear(&f);
+    mirror_extents_destroy(&good);
+}
+
+static uint32_t get_le32_at(const uint8_t *p)
+{
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = v >> (8 * i);
+    }
+}
+
+/* A version 1 file (no switch-over time, identities at 72) is read; a
+ * switched-over record round-trips. */
+static void test_format_versions(void)
+{
+    MirrorStateIdentity id = test_identity();
+    MirrorExtents good;
+    g_autoptr(GByteArray) b = test_file(&good);
+    g_autoptr(GByteArray) v1 = g_byte_array_new();
+    g_autoptr(GByteArray) sw = NULL;
+    uint32_t hlen = get_le32_at(b->data + 12), hcrc;
+    MirrorStateFile f;
+
+    /* v1: bytes 0..71, the identities, CRC; the extents, CRC. */
+    g_byte_array_append(v1, b->data, 72);
+    g_byte_array_append(v1, b->data + 80, hlen - 4 - 80);
+    put_le32(v1->data + 8, 1);
+    put_le32(v1->data + 12, hlen - 8);
+    hcrc = crc32(0, v1->data, v1->len);
+    g_byte_array_set_size(v1, v1->len + 4);
+    put_le32(v1->data + v1->len - 4, hcrc);
+    g_byte_array_append(v1, b->data + hlen, b->len - hlen - 4);
+    g_byte_array_set_size(v1, v1->len + 4);
+    put_le32(v1->data + v1->len - 4,
+             crc32(hcrc, v1->data + hlen - 8, b->len - hlen - 4));
+    g_assert_true(mirror_state_decode(v1->data, v1->len, &f, NULL));
+    g_assert_true(mirror_state_identity_check(&f.id, &id, NULL));
+    g_assert_cmpint(f.good.bytes, ==, good.bytes);
+    g_assert_cmpint(f.switched_us, ==, 0);
+    mirror_state_file_clear(&f);
+
+    sw = mirror_state_encode(&id, 9, &good, 1234567);
+    g_assert_true(mirror_state_decode(sw->data, sw->len, &f, NULL));
+    g_assert_cmpint(f.switched_us, ==, 1234567);
+    g_assert_cmpuint(get_le32_at(sw->data + 52), ==,
+                     MIRROR_STATE_F_SWITCHED);
     mirror_state_file_clear(&f);
     mirror_extents_destroy(&good);
 }
@@ -210,7 +264,7 @@ static void test_format_bad_extents(void)
 
         mirror_extents_init(&e);
         mirror_extents_add(&e, bad[i].s, bad[i].e);
-        b = mirror_state_encode(&id, 1, &e);
+        b = mirror_state_encode(&id, 1, &e, 0);
         g_assert_false(mirror_state_decode(b->data, b->len, &f, &err));
         g_assert_error(err, BLOCK_ERROR, BLOCK_ERROR_INVALID);
         mirror_state_file_clear(&f);
@@ -313,6 +367,55 @@ static void test_open_create_resume(void)
     g_assert_error(err, BLOCK_ERROR, BLOCK_ERROR_INVALID);
 
     mirror_extents_destroy(&good);
+    test_scratch_free(dir);
+}
+
+/*
+ * Completion with a switched-over record (start --export): the file
+ * stays, all known good, flagged with the time; a reopen sees the flag;
+ * mirror_state_remove() then removes it.  Without the record: removed.
+ */
+static void test_switched_over(void)
+{
+    char *dir = test_scratch_new();
+    g_autofree char *path = g_build_filename(dir, "st", NULL);
+    MirrorStateIdentity id = test_identity();
+    g_autoptr(GError) err = NULL;
+    int64_t t0 = g_get_real_time();
+    MirrorState *st, *again;
+    MirrorStateFile f;
+
+    st = mirror_state_open(path, &id, &err);
+    g_assert_no_error(err);
+    g_assert_cmpint(mirror_state_switched_us(st), ==, 0);
+    mirror_state_set_switch_record(st, true);
+    g_assert_cmpint(mirror_state_complete(st, &err), ==, 0);
+    g_assert_no_error(err);
+    g_assert_cmpint(mirror_state_switched_us(st), >=, t0);
+    read_state(path, &f);
+    g_assert_cmpint(f.switched_us, ==, mirror_state_switched_us(st));
+    g_assert_cmpint(f.good.bytes, ==, id.size);
+    mirror_state_file_clear(&f);
+
+    again = mirror_state_open(path, &id, &err);
+    g_assert_no_error(err);
+    g_assert_true(mirror_state_resumed(again));
+    g_assert_cmpint(mirror_state_switched_us(again), ==,
+                    mirror_state_switched_us(st));
+    mirror_state_free(again);
+
+    g_assert_cmpint(mirror_state_remove(st, &err), ==, 0);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    g_assert_cmpint(mirror_state_switched_us(st), ==, 0);
+    mirror_state_free(st);
+
+    /* Without the record: the file goes at completion. */
+    st = mirror_state_open(path, &id, &err);
+    g_assert_no_error(err);
+    g_assert_cmpint(mirror_state_complete(st, &err), ==, 0);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    g_assert_cmpint(mirror_state_switched_us(st), ==, 0);
+    mirror_state_free(st);
     test_scratch_free(dir);
 }
 
@@ -719,6 +822,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/extents/model", test_extents_model);
     g_test_add_func("/mirror-state/format/round-trip",
                     test_format_round_trip);
+    g_test_add_func("/mirror-state/format/versions", test_format_versions);
     g_test_add_func("/mirror-state/format/corrupt-bytes",
                     test_format_corrupt_bytes);
     g_test_add_func("/mirror-state/format/truncated", test_format_truncated);
@@ -727,6 +831,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-state/format/identity", test_format_identity);
     g_test_add_func("/mirror-state/file/open-create-resume",
                     test_open_create_resume);
+    g_test_add_func("/mirror-state/file/switched-over", test_switched_over);
     g_test_add_func("/mirror-state/gate/group-commit",
                     test_gate_group_commit);
     g_test_add_func("/mirror-state/flush/promotes", test_flush_promotes);
