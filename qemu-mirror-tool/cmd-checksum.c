@@ -21,7 +21,6 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/image-scan.h"
-#include "block/mirror/mirror.h"
 #include "util/cutils.h"
 
 #include <gnutls/crypto.h>
@@ -145,34 +144,24 @@ int cmd_checksum(int argc, char **argv)
 {
     g_autofree char *format = NULL;
     g_autofree char *open_opts = NULL;
-    g_autofree char *parallel = NULL;
-    g_autofree char *chunk = NULL;
-    g_autofree char *connections = NULL;
+    g_auto(ImageScanOpts) so = { 0 };
+    int64_t chunk_size;
+    int max_in_flight;
     g_autoptr(GHashTable) user_opts = NULL;
     g_autoptr(GHashTable) opts = NULL;
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(
         g_str_hash, g_str_equal, g_free, g_free);
-    g_autoptr(GError) err = NULL;
     g_autoptr(BlockDriverState) bs = NULL;
     gboolean force_share = FALSE;
     ChecksumState st = { 0 };
     ImageScanConfig cfg = { 0 };
     ImageScanError serr;
-    MirrorParams p;
     uint8_t digest[CHECKSUM_HASH];
     uint8_t size_le[8];
-    int64_t v;
     GOptionEntry entries[] = {
         TOOL_IMAGE_ENTRIES(&format, &open_opts),
         TOOL_FORCE_SHARE_ENTRY(&force_share),
-        { "parallel", 'm', 0, G_OPTION_ARG_STRING, &parallel,
-          "chunks read at once, 1..1024 (default 4 when every image is "
-          "a file in memory, else 16)", "N" },
-        { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &chunk,
-          "largest single read, power of 2 in 64K..64M (default 1M)",
-          "SIZE" },
-        { "connections", 0, 0, G_OPTION_ARG_STRING, &connections,
-          "NBD connections, 1..16 (default: CPUs up to 4)", "N" },
+        IMAGE_SCAN_ENTRIES(&so, "64K"),
         TOOL_NBD_TIMEOUT_ENTRIES,
         TOOL_THREADS_ENTRY,
         { NULL },
@@ -184,23 +173,19 @@ int cmd_checksum(int argc, char **argv)
         "alike: an image, its copies in other formats and NBD exports of\n"
         "them give the same digest.";
 
-    mirror_params_init(&p);
     if (!tool_parse_options("IMG", summary, entries, &argc, &argv) ||
         !tool_expect_args("checksum", argc, 1, "one image") ||
         !tool_check_format("-f", format) ||
         !tool_parse_open_options("--open-opts", open_opts, &user_opts)) {
         return TOOL_EXIT_USAGE;
     }
-    if ((parallel && !parse_count("-m", parallel, 1,
-                                  MIRROR_MAX_IN_FLIGHT_LIMIT, &v, &err)) ||
-        !tool_parse_engine_options(chunk, NULL, connections, &p, nbd_opts,
-                                   &err)) {
-        tool_error("%s", err->message);
+    if (!image_scan_parse_opts(&so, nbd_opts, &chunk_size,
+                               &max_in_flight)) {
         return TOOL_EXIT_USAGE;
     }
-    if (chunk && p.chunk_size < CHECKSUM_BLOCK) {
+    if (so.chunk && chunk_size < CHECKSUM_BLOCK) {
         tool_error("--chunk-size '%s': must be at least 64K (the block "
-                   "the digest hashes)", chunk);
+                   "the digest hashes)", so.chunk);
         return TOOL_EXIT_USAGE;
     }
     opts = tool_open_options(argv[1], nbd_opts, user_opts);
@@ -224,8 +209,8 @@ int cmd_checksum(int argc, char **argv)
         .bs = { bs },
         .n = 1,
         .end = st.size,
-        .chunk_size = p.chunk_size ? MAX(p.chunk_size, CHECKSUM_BLOCK) : 0,
-        .max_in_flight = parallel ? v : 0,
+        .chunk_size = chunk_size ? MAX(chunk_size, CHECKSUM_BLOCK) : 0,
+        .max_in_flight = max_in_flight,
         .align = CHECKSUM_BLOCK,
         .plan = checksum_plan,
         .work = checksum_work,

@@ -8,7 +8,6 @@
  */
 #include "qemu-mirror-tool/tool.h"
 #include "qemu-mirror-tool/image-compare.h"
-#include "block/mirror/mirror.h"
 #include "util/cutils.h"
 
 #include <stdio.h>
@@ -20,40 +19,11 @@ enum {
     COMPARE_EXIT_READ_ERROR = 4,
 };
 
-/* What the engine options say; false with a message on a bad value. */
-static bool compare_parse_engine(const char *parallel, const char *chunk,
-                                 const char *connections,
-                                 ImageCompare *cmp, GHashTable *nbd_opts)
-{
-    g_autoptr(GError) err = NULL;
-    MirrorParams p;
-    int64_t v;
-
-    mirror_params_init(&p);
-    if (parallel) {
-        if (!parse_count("-m", parallel, 1, MIRROR_MAX_IN_FLIGHT_LIMIT, &v,
-                         &err)) {
-            tool_error("%s", err->message);
-            return false;
-        }
-        cmp->max_in_flight = v;
-    }
-    if (!tool_parse_engine_options(chunk, NULL, connections, &p, nbd_opts,
-                                   &err)) {
-        tool_error("%s", err->message);
-        return false;
-    }
-    cmp->chunk_size = p.chunk_size;
-    return true;
-}
-
 int cmd_compare(int argc, char **argv)
 {
     g_autofree char *fmt_a = NULL;
     g_autofree char *fmt_b = NULL;
-    g_autofree char *parallel = NULL;
-    g_autofree char *chunk = NULL;
-    g_autofree char *connections = NULL;
+    g_auto(ImageScanOpts) so = { 0 };
     g_autoptr(GHashTable) nbd_opts = g_hash_table_new_full(
         g_str_hash, g_str_equal, g_free, g_free);
     g_autoptr(BlockDriverState) bs0 = NULL;
@@ -75,15 +45,7 @@ int cmd_compare(int argc, char **argv)
         { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet,
           "print nothing but errors: the exit code says", NULL },
         TOOL_FORCE_SHARE_ENTRY(&force_share),
-        { "parallel", 'm', 0, G_OPTION_ARG_STRING, &parallel,
-          "chunks read at once, 1..1024 (default 4 when every image is "
-          "a file in memory, else 16)", "N" },
-        { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &chunk,
-          "largest single read, power of 2 in 4K..64M (default 1M)",
-          "SIZE" },
-        { "connections", 0, 0, G_OPTION_ARG_STRING, &connections,
-          "NBD connections per NBD image, 1..16 (default: CPUs up to 4)",
-          "N" },
+        IMAGE_SCAN_ENTRIES(&so, "4K"),
         TOOL_NBD_TIMEOUT_ENTRIES,
         TOOL_THREADS_ENTRY,
         { NULL },
@@ -100,8 +62,8 @@ int cmd_compare(int argc, char **argv)
         !tool_expect_args("compare", argc, 2, "two images") ||
         !tool_check_format("-f", fmt_a) ||
         !tool_check_format("-F", fmt_b) ||
-        !compare_parse_engine(parallel, chunk, connections, &cmp,
-                              nbd_opts)) {
+        !image_scan_parse_opts(&so, nbd_opts, &cmp.chunk_size,
+                               &cmp.max_in_flight)) {
         return TOOL_EXIT_USAGE;
     }
     for (int i = 0; i < 2; i++) {

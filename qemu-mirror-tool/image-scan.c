@@ -6,6 +6,7 @@
  */
 #include "qemu-mirror-tool/image-scan.h"
 #include "qemu-mirror-tool/tool.h"
+#include "block/mirror/mirror.h"
 #include "block/thread-pool.h"
 #include "util/buf-pool.h"
 #include "util/cutils.h"
@@ -402,4 +403,32 @@ int image_scan_run(const ImageScanConfig *cfg, ImageScanError *err)
     }
     *err = s.err;
     return s.err.ret;
+}
+
+void image_scan_opts_clear(ImageScanOpts *o)
+{
+    g_free(o->parallel);
+    g_free(o->chunk);
+    g_free(o->connections);
+}
+
+bool image_scan_parse_opts(const ImageScanOpts *o, GHashTable *nbd_opts,
+                           int64_t *chunk_size, int *max_in_flight)
+{
+    g_autoptr(GError) err = NULL;
+    MirrorParams p;
+    int64_t v = 0;
+
+    mirror_params_init(&p);
+    if ((o->parallel && !parse_count("-m", o->parallel, 1,
+                                     MIRROR_MAX_IN_FLIGHT_LIMIT, &v,
+                                     &err)) ||
+        !tool_parse_engine_options(o->chunk, NULL, o->connections, &p,
+                                   nbd_opts, &err)) {
+        tool_error("%s", err->message);
+        return false;
+    }
+    *chunk_size = p.chunk_size;
+    *max_in_flight = v;
+    return true;
 }

@@ -113,4 +113,38 @@ int image_scan_run(const ImageScanConfig *cfg, ImageScanError *err);
  * still finish). */
 void image_scan_stop_at(ImageScan *s, int64_t offset);
 
+/*
+ * The engine options of the commands that scan (compare, checksum) as
+ * typed: -m, --chunk-size, --connections; NULL when not given.
+ */
+typedef struct ImageScanOpts {
+    char *parallel;
+    char *chunk;
+    char *connections;
+} ImageScanOpts;
+
+void image_scan_opts_clear(ImageScanOpts *o);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ImageScanOpts, image_scan_opts_clear)
+
+/* Their GOptionEntry lines; @chunk_min: the smallest --chunk-size, as
+ * the help says it ("4K"). */
+#define IMAGE_SCAN_ENTRIES(o, chunk_min) \
+    { "parallel", 'm', 0, G_OPTION_ARG_STRING, &(o)->parallel, \
+      "chunks read at once, 1..1024 (default 4 when every image is " \
+      "a file in memory, else 16)", "N" }, \
+    { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &(o)->chunk, \
+      "largest single read, power of 2 in " chunk_min "..64M " \
+      "(default 1M)", "SIZE" }, \
+    { "connections", 0, 0, G_OPTION_ARG_STRING, &(o)->connections, \
+      "NBD connections per NBD image, 1..16 (default: CPUs up to 4)", \
+      "N" }
+
+/*
+ * Check @o: *@chunk_size and *@max_in_flight for ImageScanConfig (0: the
+ * defaults), the connection count into @nbd_opts.  False after printing
+ * one line naming the bad value.
+ */
+bool image_scan_parse_opts(const ImageScanOpts *o, GHashTable *nbd_opts,
+                           int64_t *chunk_size, int *max_in_flight);
+
 #endif /* IMAGE_SCAN_H */
