@@ -311,6 +311,8 @@ static const RandomCase random_cases[] = {
     { "2^40+4097-g16", (INT64_C(1) << 40) + 4097, 16, 400, 50, 0 },
     { "2^50-g26", INT64_C(1) << 50, 26, 400, 50, 0 },
     { "int64max-g40", INT64_MAX, 40, 400, 50, 0 },
+    /* Four levels of the tree (2^24 bits fit in three). */
+    { "2^25+4097-g0", (INT64_C(1) << 25) + 4097, 0, 150, 50, 0 },
 };
 
 static void test_random(gconstpointer data)
