@@ -681,6 +681,8 @@ void qcow2_get_stats(BlockDriverState *bs, Qcow2Stats *st)
     st->reftable_offset = s->reftable_offset;
     st->reftable_clusters = s->reftable_clusters;
     st->corrupt = s->corrupt;
+    st->status_l1_entries = s->status_l1_entries;
+    st->status_l2_entries = s->status_l2_entries;
     g_mutex_unlock(&s->lock);
 }
 
