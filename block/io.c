@@ -8,8 +8,10 @@
  *
  * A request is padded out to the driver's request_alignment (reads through
  * a bounce buffer; writes by read-modify-write), then sent to the driver in
- * fragments of at most max_transfer bytes, one fragment at a time, so one
- * request never has more than one driver request in flight.  A
+ * fragments of at most max_transfer bytes (write-zeroes and discard: of
+ * max_pwrite_zeroes / max_pdiscard, whole when the driver sets none), one
+ * fragment at a time, so one request never has more than one driver
+ * request in flight.  A
  * read-modify-write is "serialising": it waits until no overlapping request
  * is in flight and keeps new overlapping ones waiting, so the block it read
  * cannot change under it.
@@ -33,20 +35,16 @@ int64_t bdrv_max_rw(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-static int64_t bdrv_max_zero(BlockDriverState *bs)
+/*
+ * Largest write-zeroes or discard fragment under the driver's @limit (0:
+ * none).  Without a limit one request covers the whole range, however
+ * long: those requests move no data, and a thin disk's zero extent costs
+ * one driver call, not one per GiB (QEMU's default for them too).
+ */
+static int64_t bdrv_max_no_data(BlockDriverState *bs, int64_t limit)
 {
     int64_t align = bs->bl.request_alignment;
-    int64_t max = bs->bl.max_pwrite_zeroes ? bs->bl.max_pwrite_zeroes
-                                           : BDRV_DEFAULT_MAX_TRANSFER;
-
-    return MAX(QEMU_ALIGN_DOWN(max, align), align);
-}
-
-static int64_t bdrv_max_discard(BlockDriverState *bs)
-{
-    int64_t align = bs->bl.request_alignment;
-    int64_t max = bs->bl.max_pdiscard ? bs->bl.max_pdiscard
-                                      : BDRV_DEFAULT_MAX_TRANSFER;
+    int64_t max = limit ? limit : INT64_MAX;
 
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
@@ -433,7 +431,8 @@ static void bdrv_req_step(BdrvRequest *req)
             bdrv_drv_call(req, BDRV_OP_WRITE, io->pos, io->frag, zbuf,
                           io->flags & BDRV_REQ_FUA, NULL, bdrv_req_frag_done);
         } else if (bdrv_drv_has(bs, BDRV_OP_ZERO)) {
-            io->frag = MIN(io->end - io->pos, bdrv_max_zero(bs));
+            io->frag = MIN(io->end - io->pos,
+                           bdrv_max_no_data(bs, bs->bl.max_pwrite_zeroes));
             bdrv_drv_call(req, BDRV_OP_ZERO, io->pos, io->frag, NULL,
                           io->flags, NULL, bdrv_req_frag_done);
         } else {
@@ -442,7 +441,8 @@ static void bdrv_req_step(BdrvRequest *req)
         }
         break;
     case BDRV_OP_DISCARD:
-        io->frag = MIN(io->end - io->pos, bdrv_max_discard(bs));
+        io->frag = MIN(io->end - io->pos,
+                       bdrv_max_no_data(bs, bs->bl.max_pdiscard));
         bdrv_drv_call(req, BDRV_OP_DISCARD, io->pos, io->frag, NULL, 0,
                       NULL, bdrv_req_frag_done);
         break;

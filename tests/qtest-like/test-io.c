@@ -345,6 +345,32 @@ static void test_discard_shrinks(void)
     g_assert_cmpint(record(recs, 0)->bytes, ==, 12288);
 }
 
+/*
+ * Write-zeroes and discard move no data: without a driver limit a range
+ * of any length is one driver request (a 64 TiB thin disk's zero extent
+ * costs one call, not 65536 of io.c's read and write cap).
+ */
+static void test_no_data_unsplit(void)
+{
+    g_autoptr(BlockDriverState) bs =
+        test_open("null:size=64T,record=on,align=4096", NULL, BDRV_O_RDWR);
+    GArray *recs = null_get_records(bs);
+    NullStats st;
+
+    g_assert_cmpint(test_pwrite_zeroes(bs, 4096, 64 * TiB - 8192,
+                                       BDRV_REQ_MAY_UNMAP), ==, 0);
+    g_assert_cmpuint(recs->len, ==, 1);
+    g_assert_cmpint(record(recs, 0)->op, ==, NULL_OP_ZERO);
+    g_assert_cmpint(record(recs, 0)->offset, ==, 4096);
+    g_assert_cmpint(record(recs, 0)->bytes, ==, 64 * TiB - 8192);
+    g_assert_cmpint(test_pdiscard(bs, 0, 64 * TiB), ==, 0);
+    g_assert_cmpuint(recs->len, ==, 2);
+    g_assert_cmpint(record(recs, 1)->op, ==, NULL_OP_DISCARD);
+    g_assert_cmpint(record(recs, 1)->bytes, ==, 64 * TiB);
+    null_get_stats(bs, &st);
+    g_assert_cmpuint(st.misaligned, ==, 0);
+}
+
 static void test_block_status_clamp(void)
 {
     g_autoptr(BlockDriverState) bs =
@@ -567,6 +593,7 @@ int main(int argc, char **argv)
     g_test_add_func("/io/zero/fallback", test_zero_fallback);
     g_test_add_func("/io/zero/unaligned", test_zero_unaligned);
     g_test_add_func("/io/discard/shrinks", test_discard_shrinks);
+    g_test_add_func("/io/no-data-unsplit", test_no_data_unsplit);
     g_test_add_func("/io/block-status/clamp", test_block_status_clamp);
     g_test_add_func("/io/in-flight", test_in_flight_count);
     g_test_add_func("/io/driver/registry", test_driver_registry);
