@@ -13,10 +13,9 @@
  * fragment at a time, so one request never has more than one driver
  * request in flight; except that the fragments of a long write-zeroes or
  * discard after the first go out a few at a time (they move no data, and
- * are round trips on NBD).  A
- * read-modify-write is "serialising": it waits until no overlapping request
- * is in flight and keeps new overlapping ones waiting, so the block it read
- * cannot change under it.
+ * are round trips on NBD).  A read-modify-write is "serialising": it waits
+ * until no overlapping request is in flight and keeps new overlapping ones
+ * waiting, so the block it read cannot change under it.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
