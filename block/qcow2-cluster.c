@@ -266,25 +266,77 @@ static uint64_t qcow2_zero_entry(BDRVQcow2State *s, uint64_t e,
 }
 
 /*
+ * The first L1 index in [@l1_idx, @limit) whose entry has an L2 table, or
+ * @limit.  Lock held.
+ */
+static int64_t qcow2_next_l2_table(const BDRVQcow2State *s, int64_t l1_idx,
+                                   int64_t limit)
+{
+    int64_t i = l1_idx;
+
+    while (i < limit && !(s->l1[i] & L1E_OFFSET_MASK)) {
+        i++;
+    }
+    return i;
+}
+
+/*
+ * How many bytes from @offset (cluster aligned), at most @bytes, lie under
+ * L1 entries without an L2 table: 0 when the L1 entry of @offset has one.
+ * Lock held.
+ */
+static int64_t qcow2_bytes_without_table(const BDRVQcow2State *s,
+                                         int64_t offset, int64_t bytes)
+{
+    int64_t l1_idx = (offset >> s->cluster_bits) >> s->l2_bits;
+    int64_t last = ((offset + bytes - 1) >> s->cluster_bits) >> s->l2_bits;
+    int64_t next = qcow2_next_l2_table(s, l1_idx, last + 1);
+
+    if (next == l1_idx) {
+        return 0;
+    }
+    return MIN(((next << s->l2_bits) << s->cluster_bits) - offset, bytes);
+}
+
+/*
  * Zero or discard whole clusters from @offset (cluster aligned), at most
- * @bytes and within one L2 table.  Returns the bytes handled or -errno.
+ * @bytes and within one L2 table, or, without a backing file, over the
+ * run of L1 entries without an L2 table from @offset, which reads as zero
+ * and stays as it is.  Returns the bytes handled or -errno.
  */
 static int64_t qcow2_zero_clusters(BDRVQcow2State *s, int64_t offset,
                                    int64_t bytes, BdrvRequestFlags flags,
                                    bool discard)
 {
-    int64_t max = DIV_ROUND_UP(bytes, s->cluster_size);
-    g_autofree uint64_t *old = g_new(uint64_t, MIN(max,
-                                     INT64_C(1) << s->l2_bits));
+    int64_t max = MIN(DIV_ROUND_UP(bytes, s->cluster_size),
+                      INT64_C(1) << s->l2_bits);
+    g_autofree uint64_t *old = NULL;
     g_autofree uint64_t *new = NULL;
     bool changed = false;
     int64_t n;
     int ret;
 
-    ret = qcow2_lock_lookup(s, offset, bytes, max, old, &n);
+    g_mutex_lock(&s->lock);
+    if (s->corrupt) {
+        g_mutex_unlock(&s->lock);
+        return -EIO;
+    }
+    qcow2_wait_allocs(s, offset, bytes);
+    if (!s->backing) {
+        int64_t none = qcow2_bytes_without_table(s, offset, bytes);
+
+        if (none > 0) {
+            g_mutex_unlock(&s->lock);
+            return none;
+        }
+    }
+    old = g_new(uint64_t, max);
+    ret = qcow2_l2_lookup(s, offset, max, old, &n);
     if (ret < 0) {
+        g_mutex_unlock(&s->lock);
         return ret;
     }
+    s->zero_l2_entries += n;
     new = g_new(uint64_t, n);
     for (int64_t i = 0; i < n; i++) {
         bool drop;
@@ -426,22 +478,6 @@ static int qcow2_unallocated_status(BDRVQcow2State *s, int64_t offset,
     return 0;
 }
 
-/*
- * The first L1 index in [@l1_idx, @limit) whose entry has an L2 table, or
- * @limit.  Counts the entries looked at.  Lock held.
- */
-static int64_t qcow2_next_l2_table(BDRVQcow2State *s, int64_t l1_idx,
-                                   int64_t limit)
-{
-    int64_t i = l1_idx;
-
-    while (i < limit && !(s->l1[i] & L1E_OFFSET_MASK)) {
-        i++;
-    }
-    s->status_l1_entries += i - l1_idx + (i < limit);
-    return i;
-}
-
 /* The status of an allocated cluster of each type; 0: unallocated. */
 static const unsigned qcow2_cluster_status[] = {
     [QCOW2_CLUSTER_UNALLOCATED] = 0,
@@ -508,6 +544,7 @@ static int qcow2_status_runs(BDRVQcow2State *s, int64_t pos, int64_t end,
                                            (last >> s->l2_bits) + 1);
         int64_t next_gc = MIN(next << s->l2_bits, last + 1);
 
+        s->status_l1_entries += next - l1_idx + (next <= last >> s->l2_bits);
         qcow2_status_run_add(runs, gc << s->cluster_bits,
                              (next_gc - gc) << s->cluster_bits, 0, 0);
         return 0;
