@@ -519,7 +519,7 @@ void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
         if (stop >= end) {
             break;
         }
-        pos = dirty_bitmap_next_clean(dirty, stop);
+        pos = dirty_bitmap_next_clean(dirty, stop, end - stop);
     }
 }
 

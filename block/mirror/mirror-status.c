@@ -149,6 +149,9 @@ static void mirror_status_done(void *opaque, int ret)
         g_array_set_size(ext, 0);
         g_array_append_val(ext, e);
     }
+    if (ext->len > MIRROR_STATUS_MAX_EXTENTS) {
+        g_array_set_size(ext, MIRROR_STATUS_MAX_EXTENTS);
+    }
     if (st->extents) {
         g_array_unref(st->extents);
     }
@@ -197,7 +200,7 @@ void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
         mirror_status_invalidate(st);
     }
     if (st->pending &&
-        offset < st->fetch_offset + MIRROR_STATUS_WINDOW &&
+        offset - st->fetch_offset < MIRROR_STATUS_WINDOW &&
         st->fetch_offset < offset + bytes) {
         BlockExtent e = { .offset = offset, .length = bytes };
 

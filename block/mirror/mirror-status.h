@@ -1,6 +1,10 @@
 /*
  * The source's block status, as the mirror job sees it: fetched lazily,
- * one window of up to MIRROR_STATUS_WINDOW at a time, and cached.
+ * one window of up to MIRROR_STATUS_WINDOW at a time, and cached.  The
+ * window is large (a whole thin disk is one fetch) and the driver
+ * answers for less when the range is fragmented (the answer's extents
+ * are bounded); the cache keeps at most MIRROR_STATUS_MAX_EXTENTS of
+ * them, so its memory is bounded whatever the size and the layout.
  *
  * The cache also decides what an extent means to the job
  * (mirror_status_copies()), since that decides which writes make it
@@ -24,8 +28,10 @@
 #include "block/block.h"
 #include "util/cutils.h"
 
-/* How much block status to ask for at once. */
-#define MIRROR_STATUS_WINDOW    (1 * GiB)
+/* How much block status to ask for at once: more than any disk. */
+#define MIRROR_STATUS_WINDOW    (INT64_MAX / 2)
+/* Extents the cache keeps of an answer; the rest is asked again. */
+#define MIRROR_STATUS_MAX_EXTENTS 2048
 /* Writes remembered while a fetch is pending; beyond, the answer is
  * dropped. */
 #define MIRROR_STATUS_MAX_WRITES 4096

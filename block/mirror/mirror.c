@@ -244,10 +244,9 @@ static void mirror_target_reconnected(void *opaque)
 
             /* Through the notifier, no longer known good either. */
             dirty_bitmap_set(s->track.dirty, x->start, x->end - x->start);
-            if (s->track.zero) {
-                /* A lost zero write: the target is not zero there. */
-                hbitmap_reset(s->track.zero, x->start, x->end - x->start);
-            }
+            /* A lost zero write: the target is not zero there. */
+            mirror_zero_written(&s->track.zero, x->start,
+                                x->end - x->start);
         }
         bytes += sets[i]->bytes;
         mirror_extents_clear(sets[i]);
@@ -697,10 +696,9 @@ static void mirror_start(Job *job)
     mirror_extents_init(&s->track.unflushed);
     mirror_extents_init(&s->track.flushing);
     /* What a crashed run wrote but did not flush is not zero any more. */
-    if (s->cfg.target_zero && !mirror_state_resumed(s->track.state)) {
-        s->track.zero = hbitmap_new(len, gbits);
-        hbitmap_set_all(s->track.zero);
-    }
+    mirror_zero_init(&s->track.zero, len, s->cfg.granularity,
+                     s->cfg.target_zero &&
+                     !mirror_state_resumed(s->track.state));
     if (s->track.state) {
         /* Copy what is not known good (for sync=none the state starts
          * as all good: mirror-state.h). */
@@ -788,7 +786,7 @@ static void mirror_free(Job *job)
     mirror_converge_stop(&s->converge);
     dirty_bitmap_free(s->track.dirty);
     hbitmap_free(s->track.in_flight);
-    hbitmap_free(s->track.zero);
+    mirror_zero_destroy(&s->track.zero);
     mirror_extents_destroy(&s->track.unflushed);
     mirror_extents_destroy(&s->track.flushing);
     mirror_status_free(&s->status);
