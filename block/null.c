@@ -17,6 +17,7 @@ typedef enum NullExtents {
     NULL_EXTENTS_DATA,
     NULL_EXTENTS_ZERO,
     NULL_EXTENTS_ALTERNATE,
+    NULL_EXTENTS_SPARSE,
 } NullExtents;
 
 typedef struct NullShared {
@@ -40,7 +41,9 @@ typedef struct NullState {
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
-    int64_t run;                /* alternate run length */
+    int64_t run;                /* alternate run length; sparse: the
+                                 * data run at the start of ... */
+    int64_t period;             /* ... every period bytes */
 
     FaultRule fault;
 
@@ -75,6 +78,21 @@ static bool null_parse_extents(NullState *s, GHashTable *opts, GError **errp)
         /* default */
     } else if (!strcmp(v, "zero")) {
         s->extents = NULL_EXTENTS_ZERO;
+    } else if (g_str_has_prefix(v, "sparse:")) {
+        g_auto(GStrv) parts = g_strsplit(v + 7, ":", -1);
+
+        s->extents = NULL_EXTENTS_SPARSE;
+        if (g_strv_length(parts) != 2) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "null: extents '%s': expected sparse:DATA:PERIOD", v);
+            return false;
+        }
+        if (!parse_size_range("null: extents=sparse PERIOD", parts[1], 1,
+                              INT64_MAX, false, &s->period, errp) ||
+            !parse_size_range("null: extents=sparse DATA", parts[0], 1,
+                              s->period, false, &s->run, errp)) {
+            return false;
+        }
     } else if (g_str_has_prefix(v, "alternate:")) {
         s->extents = NULL_EXTENTS_ALTERNATE;
         if (!parse_size_range("null: extents=alternate", v + 10, 1,
@@ -304,6 +322,13 @@ static void null_block_status(NullState *s, BdrvRequest *req)
             data = false;
             next = end;
             break;
+        case NULL_EXTENTS_SPARSE: {
+            int64_t base = pos - pos % s->period;
+
+            data = pos - base < s->run;
+            next = MIN(data ? base + s->run : base + s->period, end);
+            break;
+        }
         default:
             data = (pos / s->run) % 2 == 0;
             next = MIN((pos / s->run + 1) * s->run, end);

@@ -21,9 +21,13 @@
  *                        before: a window that shrinks mid-job
  *   copy-transfer=SIZE   the copy operation size it prefers, like NBD (none)
  *   zeroes=on|off        support write-zeroes (default on)
- *   extents=data|zero|alternate:SIZE
+ *   extents=data|zero|alternate:SIZE|sparse:DATA:PERIOD
  *                        block status: all data (default), all zero
- *                        holes, or data/zero runs of SIZE starting with data
+ *                        holes, data/zero runs of SIZE starting with data,
+ *                        or a DATA-byte data run at the start of every
+ *                        PERIOD bytes and zero holes between (0 < DATA <=
+ *                        PERIOD): sparse:64K:64M is 0.1% data scattered
+ *                        in 64 KiB pieces
  *   error-op=..., error-offset=, error-length=, error-errno=,
  *   error-once=, error-file=
  *                        fault injection (block/fault-inject.h)
