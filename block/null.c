@@ -32,6 +32,7 @@ typedef struct NullState {
     GRand *rand;
     uint32_t align;
     int64_t max_transfer;
+    int64_t max_zero;           /* BlockLimits.max_pwrite_zeroes */
     int64_t channels;           /* BlockLimits.channels */
     int64_t active_channels;    /* get_active_channels(); 0: all */
     int64_t active_after;       /* ... from this many bytes written */
@@ -124,6 +125,7 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "jitter-ns", 0, &s->jitter_ns, errp) ||
         !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
         !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
+        !fault_opt_size(opts, "null", "max-zero", 0, &s->max_zero, errp) ||
         !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
         !fault_opt_size(opts, "null", "active-channels", 0,
                         &s->active_channels, errp) ||
@@ -183,6 +185,7 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 
     bl->request_alignment = s->align;
     bl->max_transfer = s->max_transfer;
+    bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(s->max_zero, s->align);
     bl->channels = MIN(s->channels, 64);
     bl->copy_transfer = s->copy_transfer;
     bl->window_bytes = s->window_bytes;
@@ -250,7 +253,8 @@ static void null_account(BlockDriverState *bs, BdrvRequest *req)
          ((offset + bytes) % s->align && offset + bytes != s->size) ||
          bytes <= 0 || offset + bytes > s->size ||
          (s->max_transfer && bytes > s->max_transfer &&
-          (op == NULL_OP_READ || op == NULL_OP_WRITE)))) {
+          (op == NULL_OP_READ || op == NULL_OP_WRITE)) ||
+         (s->max_zero && bytes > s->max_zero && op == NULL_OP_ZERO))) {
         st->misaligned++;
     }
     if (null_is_write_like(op)) {

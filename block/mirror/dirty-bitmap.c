@@ -139,6 +139,16 @@ int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset,
     return r < 0 ? end : r;
 }
 
+size_t dirty_bitmap_memory(const DirtyBitmap *bm)
+{
+    return sizeof(*bm) + hbitmap_memory(bm->hb);
+}
+
+uint64_t dirty_bitmap_visits(const DirtyBitmap *bm)
+{
+    return hbitmap_visits(bm->hb);
+}
+
 void dirty_bitmap_track_rate(DirtyBitmap *bm, bool track)
 {
     bm->track_rate = track;

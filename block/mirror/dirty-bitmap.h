@@ -69,6 +69,11 @@ int64_t dirty_bitmap_next_dirty(const DirtyBitmap *bm, int64_t offset);
 int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset,
                                 int64_t bytes);
 
+/* Heap bytes @bm holds now, and bitmap nodes visited so far
+ * (util/hbitmap.h). */
+size_t dirty_bitmap_memory(const DirtyBitmap *bm);
+uint64_t dirty_bitmap_visits(const DirtyBitmap *bm);
+
 /*
  * Bytes newly dirtied per second, averaged over the last few seconds,
  * counting only set() calls made after dirty_bitmap_track_rate(bm, true).

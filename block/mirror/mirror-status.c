@@ -214,3 +214,16 @@ void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
         }
     }
 }
+
+size_t mirror_status_memory(const MirrorStatus *st)
+{
+    GArray *arrays[] = { st->extents, st->fetched_extents, st->writes };
+    size_t n = 0;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++) {
+        if (arrays[i]) {
+            n += arrays[i]->len * sizeof(BlockExtent);
+        }
+    }
+    return n;
+}

@@ -97,6 +97,9 @@ bool mirror_status_copies(const MirrorStatus *st, const BlockExtent *e);
 /* Is @e provided by a backing file that sync=top leaves alone? */
 bool mirror_status_from_backing(const MirrorStatus *st, const BlockExtent *e);
 
+/* Heap bytes the cache and the fetch in flight take now. */
+size_t mirror_status_memory(const MirrorStatus *st);
+
 /* Forget the cache. */
 void mirror_status_invalidate(MirrorStatus *st);
 

@@ -20,6 +20,9 @@ void mirror_zero_init(MirrorZero *z, int64_t len, int64_t granularity,
 
 void mirror_zero_destroy(MirrorZero *z)
 {
+    if (z->hb) {
+        z->visits_dropped += hbitmap_visits(z->hb);
+    }
     hbitmap_free(z->hb);
     z->hb = NULL;
     z->from = z->len;
@@ -58,6 +61,9 @@ void mirror_zero_written(MirrorZero *z, int64_t offset, int64_t bytes)
 
     if (z->hb && offset + bytes > start) {
         hbitmap_reset(z->hb, start, offset + bytes - start);
+        if (hbitmap_memory(z->hb) > MIRROR_ZERO_MAX_MEMORY) {
+            mirror_zero_destroy(z);
+        }
     }
 }
 
@@ -83,4 +89,14 @@ void mirror_zero_drop_before(MirrorZero *z, int64_t pos)
      * the runs it removes. */
     hbitmap_reset(z->hb, z->from, pos - z->from);
     z->from = pos;
+}
+
+size_t mirror_zero_memory(const MirrorZero *z)
+{
+    return z->hb ? hbitmap_memory(z->hb) : 0;
+}
+
+uint64_t mirror_zero_visits(const MirrorZero *z)
+{
+    return z->visits_dropped + (z->hb ? hbitmap_visits(z->hb) : 0);
 }

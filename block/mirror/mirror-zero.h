@@ -9,8 +9,8 @@
  * pass would gain from it (a skipped zero write) is not worth a bitmap
  * that data scattered all over the disk fragments into a run per
  * extent.  So its size follows what was written ahead of the cursor
- * (guest writes in write-blocking mode), not the layout of the source.
- * Dropping
+ * (guest writes in write-blocking mode), not the layout of the source;
+ * past MIRROR_ZERO_MAX_MEMORY it is dropped altogether.  Dropping
  * knowledge is always safe: it only costs a zero write later.
  *
  * A leaf over util/hbitmap, with the job's granularity.
@@ -27,10 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Heap the knowledge may hold; beyond, it is dropped (see above). */
+#define MIRROR_ZERO_MAX_MEMORY  (256 * 1024)
+
 typedef struct MirrorZero {
     HBitmap *hb;                /* granules known zero; NULL: none */
     int64_t from;               /* nothing is known before this */
     int64_t len;
+    uint64_t visits_dropped;    /* by the bitmap before it was dropped */
 } MirrorZero;
 
 /*
@@ -63,6 +67,11 @@ void mirror_zero_written(MirrorZero *z, int64_t offset, int64_t bytes);
 /* [offset, offset + bytes) (whole granules) reads as zero now; kept only
  * at or after the frontier. */
 void mirror_zero_zeroed(MirrorZero *z, int64_t offset, int64_t bytes);
+
+/* Heap bytes held now, and bitmap nodes visited so far, also by the
+ * bitmaps dropped since (util/hbitmap.h). */
+size_t mirror_zero_memory(const MirrorZero *z);
+uint64_t mirror_zero_visits(const MirrorZero *z);
 
 /* Forget what is known before @pos (the frontier only moves forward);
  * at the end of the image, everything. */
