@@ -159,8 +159,7 @@ static void mirror_status_done(void *opaque, int ret)
         };
         g_array_set_size(ext, 0);
         g_array_append_val(ext, e);
-    }
-    if (ext->len > MIN(keep, MIRROR_STATUS_MAX_EXTENTS)) {
+    } else if (ext->len > MIN(keep, MIRROR_STATUS_MAX_EXTENTS)) {
         g_array_set_size(ext, MIN(keep, MIRROR_STATUS_MAX_EXTENTS));
     }
     if (st->extents) {

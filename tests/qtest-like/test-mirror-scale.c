@@ -306,6 +306,25 @@ static void test_scale_writes_ahead(void)
     scale_free(&r);
 }
 
+/*
+ * A source whose block status fails: every answer is an extent of data
+ * of chunk-size, copied, one status request per chunk (the read reports
+ * a real failure; here there is none).
+ */
+static void test_scale_status_error(void)
+{
+    const char *src = "null:size=64M,extents=zero,error-op=status,"
+                      "error-length=64M";
+    const char *dst = "null:size=64M";
+    ScaleRun r;
+
+    scale_run(&r, src, dst, true, 64);
+    g_assert_cmpuint(r.src_st.requests[NULL_OP_STATUS], ==, 64);
+    g_assert_cmpuint(r.src_st.bytes[NULL_OP_READ], ==, 64 * MiB);
+    g_assert_cmpint(r.stats.bytes_copied, ==, 64 * MiB);
+    scale_free(&r);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -316,5 +335,6 @@ int main(int argc, char **argv)
                     test_scale_sparse_known_zero);
     g_test_add_func("/mirror/scale/sparse", test_scale_sparse);
     g_test_add_func("/mirror/scale/writes-ahead", test_scale_writes_ahead);
+    g_test_add_func("/mirror/scale/status-error", test_scale_status_error);
     return g_test_run();
 }
