@@ -13,6 +13,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror-op.h"
+#include "block/mirror/mirror-state.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "util/cutils.h"
 
@@ -76,12 +77,13 @@ static gboolean scale_watchdog(gpointer opaque)
 /*
  * Start mirroring @src_spec onto @dst_spec (separate statistics) with
  * the defaults but @max_in_flight (0: the default), @target_zero,
- * auto-complete; the watchdog stops it past @max_ops operations' worth
- * of requests or visits.
+ * auto-complete, the state file @state (or none); the watchdog stops
+ * it past @max_ops operations' worth of requests or visits.
  */
 static void scale_start(ScaleRun *r, const char *src_spec,
                         const char *dst_spec, bool target_zero,
-                        int max_in_flight, uint64_t max_ops)
+                        int max_in_flight, MirrorState *state,
+                        uint64_t max_ops)
 {
     MirrorParams p = mirror_fixture_params(max_in_flight, 0, 0);
     g_autoptr(GError) err = NULL;
@@ -96,6 +98,9 @@ static void scale_start(ScaleRun *r, const char *src_spec,
     r->job = mirror_job_new("job0", r->src, r->dst, &p, &err);
     g_assert_no_error(err);
     test_job_events_attach(&r->ev, r->job);
+    if (state) {
+        mirror_job_set_state(r->job, state);
+    }
     r->watchdog = g_timeout_add(2, scale_watchdog, r);
     job_start(r->job);
 }
@@ -132,7 +137,7 @@ static void scale_run(ScaleRun *r, const char *src_spec,
                       const char *dst_spec, bool target_zero,
                       uint64_t max_ops)
 {
-    scale_start(r, src_spec, dst_spec, target_zero, 0, max_ops);
+    scale_start(r, src_spec, dst_spec, target_zero, 0, NULL, max_ops);
     scale_finish(r, src_spec, dst_spec, target_zero);
 }
 
@@ -286,7 +291,7 @@ static void test_scale_writes_ahead(void)
     ScaleRun r;
     int64_t done;
 
-    scale_start(&r, src, dst, true, 1, extents);
+    scale_start(&r, src, dst, true, 1, NULL, extents);
     do {
         g_main_context_iteration(NULL, TRUE);
         mirror_get_stats(r.job, &ms);
@@ -325,6 +330,49 @@ static void test_scale_status_error(void)
     scale_free(&r);
 }
 
+/*
+ * With a state file (--state-file), on the 64 TiB disk with 16384 data
+ * extents: the known-good set stays an extent or a few (the copy is in
+ * order), so the tracking's heap and work stay as without one, and the
+ * file is gone once the job completed.
+ */
+static void test_scale_state_file(void)
+{
+    const int64_t size = 64 * TiB;
+    const uint64_t extents = 16384;
+    g_autofree char *src = g_strdup_printf(
+        "null:size=%" PRId64 ",extents=sparse:64K:%" PRId64, size,
+        size / (int64_t)extents);
+    g_autofree char *dst = g_strdup_printf("null:size=%" PRId64, size);
+    char *dir = test_scratch_new();
+    g_autofree char *path = g_build_filename(dir, "state", NULL);
+    MirrorStateIdentity id = {
+        .source = (char *)"null src",
+        .target = (char *)"null dst",
+        .size = size,
+        .granularity = 64 * KiB,
+        .sync = MIRROR_SYNC_MODE_FULL,
+    };
+    g_autoptr(GError) err = NULL;
+    MirrorState *st = mirror_state_open(path, &id, &err);
+    ScaleRun r;
+
+    g_assert_no_error(err);
+    scale_start(&r, src, dst, true, 0, st, 2 * extents);
+    scale_finish(&r, src, dst, true);
+    g_assert_cmpuint(r.src_st.requests[NULL_OP_STATUS], ==,
+                     2 * extents / 1024);
+    g_assert_cmpuint(r.src_st.requests[NULL_OP_READ], ==, extents);
+    g_assert_cmpuint(r.dst_st.requests[NULL_OP_WRITE], ==, extents);
+    g_assert_cmpuint(r.stats.tracking_visits, <=,
+                     SCALE_VISITS_PER_OP * 2 * extents);
+    g_assert_cmpint(r.stats.tracking_bytes_peak, <, SCALE_SPARSE_PEAK);
+    g_assert_false(g_file_test(path, G_FILE_TEST_EXISTS));
+    scale_free(&r);
+    mirror_state_free(st);
+    test_scratch_free(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -336,5 +384,6 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/scale/sparse", test_scale_sparse);
     g_test_add_func("/mirror/scale/writes-ahead", test_scale_writes_ahead);
     g_test_add_func("/mirror/scale/status-error", test_scale_status_error);
+    g_test_add_func("/mirror/scale/state-file", test_scale_state_file);
     return g_test_run();
 }
