@@ -20,6 +20,7 @@ void mirror_status_init(MirrorStatus *st, BlockDriverState *src, int64_t len,
         .allocate_zeroes = allocate_zeroes,
         .fetched = fetched,
         .opaque = opaque,
+        .stale_from = INT64_MAX,
     };
 }
 
@@ -112,14 +113,14 @@ static guint mirror_status_first_stale(const MirrorStatus *st, GArray *ext,
 /*
  * How many extents of the fresh answer @ext hold for the writes that
  * landed while it was being fetched: those before the first one that a
- * write may have changed (all when none); -1 when too many writes came
- * to tell.  An answer for the whole rest of the disk stays of use when
- * guests write far ahead.
+ * write may have changed (all when none).  An answer for the whole rest
+ * of the disk stays of use when guests write far ahead, and also under
+ * more writes than are remembered.
  */
 static int64_t mirror_status_extents_valid(MirrorStatus *st, GArray *ext)
 {
     GArray *w = st->writes;
-    int64_t keep = st->stale ? -1 : (int64_t)ext->len;
+    int64_t keep = mirror_extent_index(ext, st->stale_from);
 
     for (guint i = 0; keep > 0 && w && i < w->len; i++) {
         const BlockExtent *e = &g_array_index(w, BlockExtent, i);
@@ -127,7 +128,7 @@ static int64_t mirror_status_extents_valid(MirrorStatus *st, GArray *ext)
         keep = MIN(keep, mirror_status_first_stale(st, ext, e->offset,
                                                    e->length));
     }
-    st->stale = false;
+    st->stale_from = INT64_MAX;
     if (w) {
         g_array_set_size(w, 0);
     }
@@ -143,7 +144,7 @@ static void mirror_status_done(void *opaque, int ret)
     st->fetched_extents = NULL;
     st->pending = false;
     keep = mirror_status_extents_valid(st, ext);
-    if (keep < 0 || (keep == 0 && ext->len)) {
+    if (keep == 0 && ext->len) {
         /* A write landed while we asked: the answer may predate it. */
         g_array_unref(ext);
         mirror_status_invalidate(st);
@@ -254,7 +255,7 @@ void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
         if (st->writes->len < MIRROR_STATUS_MAX_WRITES) {
             g_array_append_val(st->writes, e);
         } else {
-            st->stale = true;
+            st->stale_from = MIN(st->stale_from, offset);
         }
     }
 }

@@ -11,10 +11,12 @@
  * stale: an extent that is copied whatever its length stays right
  * whatever is written there later (a write can only turn a range into
  * data, or by discarding into zeroes, which copying reads correctly), so
- * guest writes drop the cache only over extents that are not copied.
+ * guest writes cut the cache only at extents that are not copied.
  * Writes that land while a fetch is in flight are remembered (up to
- * MIRROR_STATUS_MAX_WRITES) and the answer is dropped if one of them
- * falls on an extent of it that is not copied.
+ * MIRROR_STATUS_MAX_WRITES; beyond, only the lowest offset of the rest)
+ * and the answer is cut before the first extent of it that one of them
+ * may have changed: an extent that is not copied, or any from that
+ * lowest offset on.
  *
  * A leaf: it knows the source node, and tells its owner through one
  * callback that an answer came (or was dropped).
@@ -33,7 +35,7 @@
 /* Extents the cache keeps of an answer; the rest is asked again. */
 #define MIRROR_STATUS_MAX_EXTENTS 2048
 /* Writes remembered while a fetch is pending; beyond, the answer is
- * dropped. */
+ * cut at the lowest offset of the rest. */
 #define MIRROR_STATUS_MAX_WRITES 4096
 
 typedef struct MirrorStatus {
@@ -57,7 +59,8 @@ typedef struct MirrorStatus {
     int64_t fetch_offset;
     GArray *fetched_extents;
     GArray *writes;             /* BlockExtent: written while pending */
-    bool stale;                 /* too many of them: drop the answer */
+    int64_t stale_from;         /* too many of them: the lowest offset
+                                 * of the rest (INT64_MAX: none) */
 } MirrorStatus;
 
 /*

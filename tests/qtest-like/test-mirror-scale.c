@@ -14,6 +14,7 @@
  */
 #include "block/mirror/mirror-op.h"
 #include "block/mirror/mirror-state.h"
+#include "block/mirror/mirror-status.h"
 #include "tests/qtest-like/mirror-fixture.h"
 #include "util/cutils.h"
 
@@ -75,15 +76,16 @@ static gboolean scale_watchdog(gpointer opaque)
 }
 
 /*
- * Start mirroring @src_spec onto @dst_spec (separate statistics) with
+ * Set up mirroring @src_spec onto @dst_spec (separate statistics) with
  * the defaults but @max_in_flight (0: the default), @target_zero,
- * auto-complete, the state file @state (or none); the watchdog stops
- * it past @max_ops operations' worth of requests or visits.
+ * auto-complete, the state file @state (or none); once started, the
+ * watchdog stops it past @max_ops operations' worth of requests or
+ * visits.
  */
-static void scale_start(ScaleRun *r, const char *src_spec,
-                        const char *dst_spec, bool target_zero,
-                        int max_in_flight, MirrorState *state,
-                        uint64_t max_ops)
+static void scale_create(ScaleRun *r, const char *src_spec,
+                         const char *dst_spec, bool target_zero,
+                         int max_in_flight, MirrorState *state,
+                         uint64_t max_ops)
 {
     MirrorParams p = mirror_fixture_params(max_in_flight, 0, 0);
     g_autoptr(GError) err = NULL;
@@ -101,8 +103,23 @@ static void scale_start(ScaleRun *r, const char *src_spec,
     if (state) {
         mirror_job_set_state(r->job, state);
     }
+}
+
+/* Start the job set up by scale_create(), and its watchdog. */
+static void scale_go(ScaleRun *r)
+{
     r->watchdog = g_timeout_add(2, scale_watchdog, r);
     job_start(r->job);
+}
+
+static void scale_start(ScaleRun *r, const char *src_spec,
+                        const char *dst_spec, bool target_zero,
+                        int max_in_flight, MirrorState *state,
+                        uint64_t max_ops)
+{
+    scale_create(r, src_spec, dst_spec, target_zero, max_in_flight, state,
+                 max_ops);
+    scale_go(r);
 }
 
 /* Run the job started by scale_start() until it concludes, and check
@@ -311,6 +328,49 @@ static void test_scale_writes_ahead(void)
     scale_free(&r);
 }
 
+static void scale_write_done(void *opaque, int ret)
+{
+    int *left = opaque;
+
+    g_assert_cmpint(ret, ==, 0);
+    (*left)--;
+}
+
+/*
+ * More guest writes than the job remembers land while its first block
+ * status request is in flight, all beyond what the answer covers: the
+ * answer is kept (cut at the lowest offset of those it could not
+ * remember), not dropped and asked again.
+ */
+static void test_scale_writes_while_asking(void)
+{
+    const char *src = "null:size=64G,extents=sparse:64K:64M,"
+                      "latency-ns=20000000";
+    const char *dst = "null:size=64G";
+    const int n = MIRROR_STATUS_MAX_WRITES + 1000;
+    static const uint8_t buf[4096];
+    int left = n;
+    ScaleRun r;
+
+    scale_create(&r, src, dst, true, 0, NULL, 2048);
+    /* Submitted first, they complete (and reach the job) while its first
+     * request, the block status of [0, 64G), is in flight; they land
+     * beyond the 32 GiB its answer covers. */
+    for (int k = 0; k < n; k++) {
+        bdrv_aio_pwrite(r.src, 40 * GiB + MiB + k * 4096, 4096, buf, 0,
+                        scale_write_done, &left);
+    }
+    scale_go(&r);
+    while (left) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    scale_finish(&r, src, dst, true);
+    g_assert_cmpuint(r.src_st.requests[NULL_OP_WRITE], ==, n);
+    /* 2048 extents, 1024 an answer. */
+    g_assert_cmpuint(r.src_st.requests[NULL_OP_STATUS], ==, 2);
+    scale_free(&r);
+}
+
 /*
  * A source whose block status fails: every answer is an extent of data
  * of chunk-size, copied, one status request per chunk (the read reports
@@ -384,6 +444,8 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/scale/sparse", test_scale_sparse);
     g_test_add_func("/mirror/scale/writes-ahead", test_scale_writes_ahead);
     g_test_add_func("/mirror/scale/status-error", test_scale_status_error);
+    g_test_add_func("/mirror/scale/writes-while-asking",
+                    test_scale_writes_while_asking);
     g_test_add_func("/mirror/scale/state-file", test_scale_state_file);
     return g_test_run();
 }
