@@ -9,7 +9,7 @@
  *                        requests complete out of order
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
- *   max-zero=N           max_pwrite_zeroes limit (default none: io.c's)
+ *   max-zero=N           max_pwrite_zeroes limit (default none)
  *   channels=N           request channels it claims, like NBD connections (1)
  *   window=SIZE          bytes in flight per channel it asks for, like NBD
  *                        (BlockLimits.window_bytes; default none)
