@@ -185,7 +185,8 @@ bool mirror_issue_one(MirrorJob *s)
 
     if (method == MIRROR_METHOD_SKIP) {
         mirror_op_skip(s, bytes);
-        mirror_state_clean(s->track.state, s->track.dirty, offset, bytes);
+        mirror_state_clean_zero(s->track.state, s->track.dirty, offset,
+                                bytes);
     } else {
         mirror_op_start(s, method, offset, bytes, buf);
     }
