@@ -379,7 +379,7 @@ growth() {
 }
 
 report() {
-    local c s k prev pw g r st wall cpu rss ready srv lim over bad
+    local c s k prev pw g r st wall cpu rss ready srv lim over bad diff
     local -A W BEST
     echo
     echo "== scale: RUNS=$RUNS, median wall, CPU (user+sys), max peak RSS of the tool;" \
@@ -414,7 +414,9 @@ report() {
                 read -r st wall cpu rss ready srv lim over <<<"$(cell "$c" "$s" "$k")"
                 [[ $st == none ]] && continue
                 case $st in
-                skip) wall=">${TIMED_OUT[$c:$k]}" cpu=- rss=- ready=- srv=- lim=- ;;
+                skip | timeout)
+                    [[ $st == skip ]] && wall=">${TIMED_OUT[$c:$k]}"
+                    cpu=- rss=- ready=- srv=- lim=- ;;
                 fail) wall=FAIL ;;
                 esac
                 is_mt "$k" || lim=-
@@ -424,7 +426,8 @@ report() {
                     r=$(ratio "${wall#>}" "${BEST[$s]}")
                     [[ $wall == ">"* && $r != nan ]] && r=">$r"
                 fi
-                W[$c:$k:$s]="$wall $g $r $rss $lim $over"
+                W[$c:$k:$s]="$wall $g $r $rss $lim $over $(awk -v w="${wall#>}" \
+                    -v b="${BEST[$s]}" 'BEGIN { print (w - b) * 1000 }')"
                 printf '%-8s %4s  %-36s %8s %7s %7s %9s %7s %7s %7s %7s\n' \
                     "$(case_name "$c")" "$s" "${LABEL[k]}" "$wall" \
                     "$cpu" "$rss" "$lim" "$ready" "$srv" "$g" "$r"
@@ -442,13 +445,12 @@ report() {
             local rat='' gro='' mem='' okr=yes okg=yes okm=yes
             for s in $SIZES; do
                 [[ -n ${W[$c:$k:$s]:-} ]] || continue
-                read -r wall g r rss lim over <<<"${W[$c:$k:$s]}"
+                read -r wall g r rss lim over diff <<<"${W[$c:$k:$s]}"
                 bad=
                 if [[ $r == - ]]; then
                     bad="?"
-                elif [[ $wall == FAIL || $r == ">"* ]] || { gt "${r}" "$GOAL_RATIO" &&
-                    gt "$(awk -v w="$wall" -v b="${BEST[$s]:-0}" 'BEGIN { print (w - b) * 1000 }')" \
-                        "$SLACK_MS"; }; then
+                elif [[ $wall == FAIL || $r == ">"* ]] ||
+                    { gt "$r" "$GOAL_RATIO" && gt "$diff" "$SLACK_MS"; }; then
                     bad=" (no)"; okr=no
                 fi
                 rat+="; $s ${r}x$bad"
@@ -465,7 +467,7 @@ report() {
             done
             echo "verdict $(case_name "$c"): ${LABEL[k]}: wall <= ${GOAL_RATIO}x best peer:" \
                 "$okr [${rat#; }]; growth per 4x <= ${GOAL_GROWTH}: $okg [${gro#; }];" \
-                "peak RSS MiB <= limit: $okm [${mem#; }]"
+                "peak RSS MiB <= limit: $okm [${mem#; }]" | sed 's/\[\]/[-]/g' 
         done
     done
 }
