@@ -201,7 +201,7 @@ gib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1073741824 }'; }
 avail_bytes() {
     local shm mem
     shm=$(df -B1 --output=avail /dev/shm | tail -1)
-    mem=$(awk '/MemAvailable/ { print $2 * 1024 }' /proc/meminfo)
+    mem=$(awk '/MemAvailable/ { printf "%d\n", $2 * 1024 }' /proc/meminfo)
     echo $((shm < mem ? shm : mem))
 }
 
@@ -361,7 +361,13 @@ cell() {
     grep -q $'\tfail\t' <<<"$lines" && st=fail
     grep -q $'\ttimeout\t' <<<"$lines" && st=timeout
     wall=$(f 5 | median)
-    [[ $st == timeout ]] && wall=">$(awk -F'\t' '$8 == "timeout" { print $5; exit }' <<<"$lines")"
+    if [[ $st == timeout ]]; then
+        # A killed run's peak RSS is a lower bound of the whole run's.
+        awk -F'\t' '$8 == "timeout" { if (!w) w = $5; if ($7 > r) r = $7
+            if ($11 > l) l = $11; if ($11 != "" && $7 >= $11) n++ }
+            END { printf "timeout >%s - >%d - - %d %d\n", w, r / 1024, l / 1024, n }' <<<"$lines"
+        return
+    fi
     echo "$st $wall $(f 6 | median) $(fmax 7)" \
         "$(f 9 | grep -v -- - | median | sed 's/^nan$/-/')" \
         "$(f 10 | grep -v -- - | median | sed 's/^nan$/-/')" \
@@ -378,8 +384,26 @@ growth() {
         printf "%s%.2f\n", lt ? ">" : "", exp(log(b / a) * log(4) / log(s2 / s1)) }'
 }
 
+# judge VALUE GOAL: yes (VALUE <= GOAL), no, or ? (unknown: "-", or a
+# lower bound ">x" with x <= GOAL).  nan (a failed run) is no.
+judge() {
+    case $1 in
+    -) echo "?" ;;
+    ">"*) gt "${1#>}" "$2" && echo no || echo "?" ;;
+    nan) echo no ;;
+    *) gt "$1" "$2" && echo no || echo yes ;;
+    esac
+}
+mark() { case $1 in no) echo " (no)" ;; "?") echo " (?)" ;; esac; }
+# worst A B: the verdict of two: no beats unknown beats yes.
+worst() {
+    if [[ $1 == no || $2 == no ]]; then echo no
+    elif [[ $1 == "?" || $2 == "?" || $1 == unknown ]]; then echo unknown
+    else echo yes; fi
+}
+
 report() {
-    local c s k prev pw g r st wall cpu rss ready srv lim over bad diff
+    local c s k prev pw g r st wall cpu rss ready srv lim over diff
     local -A W BEST
     echo
     echo "== scale: RUNS=$RUNS, median wall, CPU (user+sys), max peak RSS of the tool;" \
@@ -414,9 +438,7 @@ report() {
                 read -r st wall cpu rss ready srv lim over <<<"$(cell "$c" "$s" "$k")"
                 [[ $st == none ]] && continue
                 case $st in
-                skip | timeout)
-                    [[ $st == skip ]] && wall=">${TIMED_OUT[$c:$k]}"
-                    cpu=- rss=- ready=- srv=- lim=- ;;
+                skip) wall=">${TIMED_OUT[$c:$k]}" cpu=- rss=- ready=- srv=- lim=- ;;
                 fail) wall=FAIL ;;
                 esac
                 is_mt "$k" || lim=-
@@ -442,27 +464,24 @@ report() {
     for c in $CASES; do
         for ((k = 0; k < NROWS; k++)); do
             is_mt "$k" && applies "$c" "$k" || continue
-            local rat='' gro='' mem='' okr=yes okg=yes okm=yes
+            local rat='' gro='' mem='' okr=yes okg=yes okm=yes j
             for s in $SIZES; do
                 [[ -n ${W[$c:$k:$s]:-} ]] || continue
                 read -r wall g r rss lim over diff <<<"${W[$c:$k:$s]}"
-                bad=
-                if [[ $r == - ]]; then
-                    bad="?"
-                elif [[ $wall == FAIL || $r == ">"* ]] ||
-                    { gt "$r" "$GOAL_RATIO" && gt "$diff" "$SLACK_MS"; }; then
-                    bad=" (no)"; okr=no
-                fi
-                rat+="; $s ${r}x$bad"
+                j=$(judge "$r" "$GOAL_RATIO")
+                # Within SLACK_MS of the best peer: process start and exit.
+                [[ $j == no && $r != ">"* ]] && ! gt "$diff" "$SLACK_MS" && j=yes
+                [[ $wall == FAIL ]] && j=no
+                rat+="; $s ${r}x$(mark "$j")" okr=$(worst "$okr" "$j")
                 if [[ $g != - ]]; then
-                    bad=
-                    [[ $g == ">"* ]] || gt "$g" "$GOAL_GROWTH" && { bad=" (no)"; okg=no; }
-                    gro+="; $s ${g}x$bad"
+                    j=$(judge "$g" "$GOAL_GROWTH")
+                    gro+="; $s ${g}x$(mark "$j")" okg=$(worst "$okg" "$j")
                 fi
                 if [[ $rss != - ]]; then
-                    bad=
-                    ((over > 0)) && { bad=" (no)"; okm=no; }
-                    mem+="; $s ${rss}/${lim}$bad"
+                    j=yes
+                    ((over > 0)) && j=no
+                    [[ $j == yes && $rss == ">"* ]] && j="?"
+                    mem+="; $s ${rss}/${lim}$(mark "$j")" okm=$(worst "$okm" "$j")
                 fi
             done
             echo "verdict $(case_name "$c"): ${LABEL[k]}: wall <= ${GOAL_RATIO}x best peer:" \
