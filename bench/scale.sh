@@ -166,15 +166,21 @@ EOF
 uri() { echo "nbd+unix:///?socket=$SCRATCH/$1.sock"; }
 
 # serve NAME ARGS...: nbdkit on $SCRATCH/NAME.sock; returns once it
-# listens (nbdkit forks into the background after its setup).  The last
-# call's setup is in $SCRATCH/setup.time ('%e %U %S %M').
+# listens (nbdkit forks into the background after its setup and listen).
+# Its pid file is a FIFO: the server writes it after the fork, when the
+# parent may have exited already, and the read waits for that write.
+# The last call's setup is in $SCRATCH/setup.time ('%e %U %S %M').
 serve() {
-    local name=$1
+    local name=$1 fd pid
     shift
+    mkfifo "$SCRATCH/$name.pid"
+    exec {fd}<>"$SCRATCH/$name.pid"
     /usr/bin/time -o "$SCRATCH/setup.time" -f '%e %U %S %M' \
         nbdkit -U "$SCRATCH/$name.sock" -P "$SCRATCH/$name.pid" "$@" ||
         die "nbdkit $* did not start"
-    PIDS+=("$(cat "$SCRATCH/$name.pid")")
+    read -r -t 60 -u "$fd" pid || die "nbdkit $* wrote no pid"
+    exec {fd}<&-
+    PIDS+=("$pid")
 }
 
 stop_servers() {
@@ -191,6 +197,7 @@ stop_servers() {
 srv_ticks() {
     local p t=0
     for p in "${PIDS[@]}"; do
+        [[ -r /proc/$p/stat ]] || continue      # it died: the run says why
         t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
     done
     echo "$t"
