@@ -465,6 +465,31 @@ report() {
         done
     done
     echo "(>Ns: timed out after N s, or skipped after timing out at a smaller size)"
+    # The same as a markdown matrix, for bench/README.md.
+    echo
+    echo "| case | tool | $(echo "$SIZES" | sed 's/ / | /g') |"
+    echo "|---|---|$(for s in $SIZES; do printf -- '---|'; done)"
+    for c in $CASES; do
+        for ((k = 0; k < NROWS; k++)); do
+            applies "$c" "$k" || continue
+            local line="| $(case_name "$c") | ${LABEL[k]} |" any=0
+            for s in $SIZES; do
+                if [[ -z ${W[$c:$k:$s]:-} ]]; then line+=" - |"; continue; fi
+                read -r wall g r rss _ <<<"${W[$c:$k:$s]}"
+                any=1
+                line+=" $wall"
+                if ! is_floor "$k"; then
+                    line+=" (${r}x"
+                    [[ $rss == - ]] || line+=", $rss MiB"
+                    line+=")"
+                fi
+                line+=" |"
+            done
+            ((any)) && echo "$line"
+        done
+    done
+    echo "(cells: wall s (ratio to the best peer, peak RSS); -: not run)"
+    echo
     while IFS=$'\t' read -r c s r; do
         echo "skipped: $c $s: $r"
     done <"$SKIPS"
