@@ -34,7 +34,8 @@ typedef struct BlockLimits {
      * 0 = io.c's default (1 GiB). */
     int64_t max_transfer;
 
-    /* Largest write-zeroes / discard.  0 = io.c's default (1 GiB). */
+    /* Largest write-zeroes / discard, a multiple of request_alignment.
+     * 0 = no limit: io.c sends each range as one request. */
     int64_t max_pwrite_zeroes;
     int64_t max_pdiscard;
 

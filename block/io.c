@@ -8,11 +8,14 @@
  *
  * A request is padded out to the driver's request_alignment (reads through
  * a bounce buffer; writes by read-modify-write), then sent to the driver in
- * fragments of at most max_transfer bytes, one fragment at a time, so one
- * request never has more than one driver request in flight.  A
- * read-modify-write is "serialising": it waits until no overlapping request
- * is in flight and keeps new overlapping ones waiting, so the block it read
- * cannot change under it.
+ * fragments of at most max_transfer bytes (write-zeroes and discard: of
+ * max_pwrite_zeroes / max_pdiscard, whole when the driver sets none), one
+ * fragment at a time, so one request never has more than one driver
+ * request in flight; except that the fragments of a long write-zeroes or
+ * discard after the first go out a few at a time (they move no data, and
+ * are round trips on NBD).  A read-modify-write is "serialising": it waits
+ * until no overlapping request is in flight and keeps new overlapping ones
+ * waiting, so the block it read cannot change under it.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -33,20 +36,16 @@ int64_t bdrv_max_rw(BlockDriverState *bs)
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
 
-static int64_t bdrv_max_zero(BlockDriverState *bs)
+/*
+ * Largest write-zeroes or discard fragment under the driver's @limit (0:
+ * none).  Without a limit one request covers the whole range, however
+ * long: those requests move no data, and a thin disk's zero extent costs
+ * one driver call, not one per GiB (QEMU's default for them too).
+ */
+static int64_t bdrv_max_no_data(BlockDriverState *bs, int64_t limit)
 {
     int64_t align = bs->bl.request_alignment;
-    int64_t max = bs->bl.max_pwrite_zeroes ? bs->bl.max_pwrite_zeroes
-                                           : BDRV_DEFAULT_MAX_TRANSFER;
-
-    return MAX(QEMU_ALIGN_DOWN(max, align), align);
-}
-
-static int64_t bdrv_max_discard(BlockDriverState *bs)
-{
-    int64_t align = bs->bl.request_alignment;
-    int64_t max = bs->bl.max_pdiscard ? bs->bl.max_pdiscard
-                                      : BDRV_DEFAULT_MAX_TRANSFER;
+    int64_t max = limit ? limit : INT64_MAX;
 
     return MAX(QEMU_ALIGN_DOWN(max, align), align);
 }
@@ -371,6 +370,109 @@ static void *bdrv_zero_buffer(BlockDriverState *bs, int64_t *size)
     return bs->zero_buffer;
 }
 
+/* ---- write-zeroes and discard fragments in parallel ---- */
+
+/*
+ * A write-zeroes or discard longer than the driver takes at once (NBD:
+ * 4 GiB less 64 KiB) costs a round trip per fragment; one after the other
+ * they add up (16385 for a 64 TiB zero), a few at a time they overlap.
+ * Once the first fragment went through (so that a driver that cannot zero
+ * at all says so once), the rest go out as fragment requests of their
+ * own, at most BDRV_NO_DATA_FRAGS in flight.  They are not tracked and
+ * notify nobody: the caller's request, tracked over the whole range,
+ * does that when it completes.  A fragment the driver cannot zero
+ * (-ENOTSUP, fallback allowed) stops the fan-out: once those in flight
+ * are back, the request writes zero buffers from the lowest such
+ * fragment on, over fragments that may have been zeroed already (the
+ * same bytes either way).
+ */
+#define BDRV_NO_DATA_FRAGS 4
+
+typedef struct BdrvFragFan {
+    BdrvRequest *parent;
+    int in_flight;
+    int ret;                    /* the first error (not a fallback) */
+    int64_t fallback_pos;       /* lowest fragment to write instead */
+} BdrvFragFan;
+
+static void bdrv_fan_issue(BdrvFragFan *fan);
+
+static void bdrv_fan_frag_done(void *opaque, int ret)
+{
+    BdrvRequest *frag = opaque;
+    BdrvFragFan *fan = frag->io.opaque;
+    BdrvRequest *parent = fan->parent;
+    BdrvRequestIo *io = &parent->io;
+    int64_t offset = frag->offset;
+
+    g_free(frag);
+    parent->bs->in_flight--;
+    fan->in_flight--;
+    if (ret == -ENOTSUP && io->type == BDRV_OP_DISCARD) {
+        ret = 0;                /* discard is advisory */
+    }
+    if (ret == -ENOTSUP && io->type == BDRV_OP_ZERO &&
+        !(io->flags & BDRV_REQ_NO_FALLBACK)) {
+        fan->fallback_pos = MIN(fan->fallback_pos, offset);
+    } else if (ret < 0 && !fan->ret) {
+        fan->ret = ret;
+    }
+    bdrv_fan_issue(fan);
+}
+
+/* Issue fragments up to the bound; finish when none is left in flight. */
+static void bdrv_fan_issue(BdrvFragFan *fan)
+{
+    BdrvRequest *parent = fan->parent;
+    BlockDriverState *bs = parent->bs;
+    BdrvRequestIo *io = &parent->io;
+    bool stop = fan->ret || fan->fallback_pos < io->end;
+
+    while (!stop && io->pos < io->end &&
+           fan->in_flight < BDRV_NO_DATA_FRAGS) {
+        int64_t limit = io->type == BDRV_OP_ZERO ? bs->bl.max_pwrite_zeroes
+                                                 : bs->bl.max_pdiscard;
+        int64_t len = MIN(io->end - io->pos, bdrv_max_no_data(bs, limit));
+        BdrvRequestFlags flags = io->type == BDRV_OP_ZERO ? io->flags : 0;
+        BdrvRequest *frag = bdrv_req_new(bs, io->type, io->pos, len, NULL,
+                                         flags, NULL, fan);
+
+        io->pos += len;
+        fan->in_flight++;
+        bdrv_drv_call(frag, io->type, frag->io.offset, len, NULL, flags,
+                      NULL, bdrv_fan_frag_done);
+    }
+    if (fan->in_flight) {
+        return;
+    }
+    if (fan->ret) {
+        bdrv_req_finish(parent, fan->ret);
+    } else if (fan->fallback_pos < io->end) {
+        io->pos = fan->fallback_pos;
+        io->phase = BDRV_PHASE_ZERO_WRITE;
+        bdrv_req_step(parent);
+    } else {
+        bdrv_req_finish(parent, 0);
+    }
+    g_free(fan);
+}
+
+/* Whether the rest of @req goes out as parallel fragments (and does). */
+static bool bdrv_fan_out(BdrvRequest *req, int64_t max)
+{
+    BdrvRequestIo *io = &req->io;
+    BdrvFragFan *fan;
+
+    if (io->pos == io->start || io->end - io->pos <= max) {
+        return false;
+    }
+    fan = g_new0(BdrvFragFan, 1);
+    fan->parent = req;
+    fan->fallback_pos = io->end;
+    bdrv_fan_issue(fan);
+    return true;
+}
+
 /* Issue the next piece of work of @req, or finish it. */
 static void bdrv_req_step(BdrvRequest *req)
 {
@@ -433,7 +535,12 @@ static void bdrv_req_step(BdrvRequest *req)
             bdrv_drv_call(req, BDRV_OP_WRITE, io->pos, io->frag, zbuf,
                           io->flags & BDRV_REQ_FUA, NULL, bdrv_req_frag_done);
         } else if (bdrv_drv_has(bs, BDRV_OP_ZERO)) {
-            io->frag = MIN(io->end - io->pos, bdrv_max_zero(bs));
+            int64_t max = bdrv_max_no_data(bs, bs->bl.max_pwrite_zeroes);
+
+            if (bdrv_fan_out(req, max)) {
+                break;
+            }
+            io->frag = MIN(io->end - io->pos, max);
             bdrv_drv_call(req, BDRV_OP_ZERO, io->pos, io->frag, NULL,
                           io->flags, NULL, bdrv_req_frag_done);
         } else {
@@ -441,11 +548,17 @@ static void bdrv_req_step(BdrvRequest *req)
             bdrv_complete_later(bdrv_req_frag_done, req, -ENOTSUP);
         }
         break;
-    case BDRV_OP_DISCARD:
-        io->frag = MIN(io->end - io->pos, bdrv_max_discard(bs));
+    case BDRV_OP_DISCARD: {
+        int64_t max = bdrv_max_no_data(bs, bs->bl.max_pdiscard);
+
+        if (bdrv_fan_out(req, max)) {
+            break;
+        }
+        io->frag = MIN(io->end - io->pos, max);
         bdrv_drv_call(req, BDRV_OP_DISCARD, io->pos, io->frag, NULL, 0,
                       NULL, bdrv_req_frag_done);
         break;
+    }
     default:
         g_assert_not_reached();
     }

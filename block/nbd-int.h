@@ -36,8 +36,14 @@
 /* Our cap on one read or write (the NBD "SHOULD accept" size). */
 #define NBDBLK_MAX_TRANSFER   (32 * 1024 * 1024)
 
-/* Cap on zero, trim and block status lengths (NBD lengths are 32 bit). */
-#define NBDBLK_MAX_LENGTH     (1LL << 31)
+/*
+ * Cap on zero, trim and block status lengths: the protocol's 32-bit
+ * length (libnbd refuses more without extended headers), rounded down to
+ * 64 KiB, the largest minimum block size a server may advertise, so that
+ * the pieces of a longer range stay aligned for every server.  The
+ * maximum block size limits payloads only, not these.
+ */
+#define NBDBLK_MAX_LENGTH     ((1LL << 32) - 64 * 1024)
 
 /* The longest a blocking wait goes without the interrupt check. */
 #define NBDBLK_INTERRUPT_POLL_MS  100

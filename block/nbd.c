@@ -271,7 +271,7 @@ static void nbdblk_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
      */
     bl->copy_transfer = MIN(MAX(NBDBLK_COPY_TRANSFER, bl->opt_transfer),
                             bl->max_transfer);
-    bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(NBDBLK_MAX_LENGTH, align);
+    bl->max_pwrite_zeroes = NBDBLK_MAX_LENGTH;
     bl->max_pdiscard = bl->max_pwrite_zeroes;
     bl->channels = s->nr_planned;
     /*

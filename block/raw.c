@@ -325,6 +325,9 @@ static int64_t raw_get_length(BlockDriverState *bs)
 /*
  * max_transfer stays at io.c's default for block devices too: the kernel
  * splits a large preadv into bios that fit the queue's max_sectors itself.
+ * Write-zeroes and discard have no limit: one fallocate() (or BLKZEROOUT /
+ * BLKDISCARD, which the kernel splits the same way) per request, however
+ * long, so zeroing a thin file costs a call per extent.
  */
 static void raw_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 {

@@ -1,8 +1,11 @@
 /*
  * mirror-tool map: which parts of an image hold data, like qemu-img map.
  *
- * Block status is asked for in large windows on the main loop; adjacent
- * extents with the same status (and contiguous host offsets) are merged.
+ * Block status is asked for the whole rest of the image each time, on the
+ * main loop: the driver answers for as much as it can at once (raw: up to
+ * a few hundred extents; NBD: the protocol's most per request), so the
+ * calls grow with the extents, not the size.  Adjacent extents with the
+ * same status (and contiguous host offsets) are merged.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -12,8 +15,6 @@
 
 #include <json-glib/json-glib.h>
 #include <stdio.h>
-
-#define MAP_WINDOW (1 * GiB)
 
 typedef struct MapState {
     BlockDriverState *bs;
@@ -138,8 +139,8 @@ static void map_next(MapState *m)
         m->done = true;
         return;
     }
-    bdrv_aio_block_status(m->bs, m->pos, MIN(MAP_WINDOW, len - m->pos),
-                          m->extents, map_status_cb, m);
+    bdrv_aio_block_status(m->bs, m->pos, len - m->pos, m->extents,
+                          map_status_cb, m);
 }
 
 int cmd_map(int argc, char **argv)

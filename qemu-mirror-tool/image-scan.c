@@ -13,9 +13,16 @@
 
 #include <errno.h>
 
-/* Block status is asked for this much at a time, one request per image
- * ahead of the chunks. */
-#define SCAN_STATUS_WINDOW (1 * GiB)
+/*
+ * Block status is asked for the whole rest of the range, one request per
+ * image at a time, and the driver answers for as much as it can at once
+ * (raw: a few hundred extents; NBD: the protocol's most per request): the
+ * requests grow with the extents, not the size.  The next is asked for
+ * when fewer than this many known extents lie ahead of the planning, so
+ * that the answer is there before the reads need it, and what is known
+ * stays small.
+ */
+#define SCAN_STATUS_AHEAD 64
 
 typedef struct ScanImage {
     ImageScan *scan;
@@ -94,8 +101,7 @@ static void scan_ask_status(ImageScan *s, ScanImage *im)
     }
     im->asking = true;
     s->requests++;
-    bdrv_aio_block_status(im->bs, im->known_end,
-                          MIN(SCAN_STATUS_WINDOW, until - im->known_end),
+    bdrv_aio_block_status(im->bs, im->known_end, until - im->known_end,
                           im->answer, scan_status_cb, im);
 }
 
@@ -123,8 +129,7 @@ static bool scan_status_at(ImageScan *s, ScanImage *im, int64_t pos,
         g_array_remove_range(im->extents, 0, im->head);
         im->head = 0;
     }
-    /* Keep one window ahead. */
-    if (im->known_end - pos < SCAN_STATUS_WINDOW / 2) {
+    if (im->extents->len - im->head < SCAN_STATUS_AHEAD) {
         scan_ask_status(s, im);
     }
     if (im->head >= im->extents->len) {
@@ -135,8 +140,8 @@ static bool scan_status_at(ImageScan *s, ScanImage *im, int64_t pos,
     for (guint i = im->head; i < im->extents->len; i++) {
         BlockExtent *e = &g_array_index(im->extents, BlockExtent, i);
 
-        /* Runs of the same status merge (a raw file's status comes in
-         * pieces of at most a window). */
+        /* Runs of the same status merge (status comes in pieces of at
+         * most what the driver answers at once). */
         if (e->flags != *flags) {
             *run_end = e->offset;
             break;

@@ -1,10 +1,21 @@
 /*
- * HBitmap: a hierarchical bitmap with a granularity.
+ * HBitmap: a sparse bitmap with a granularity (see hbitmap.h).
  *
- * levels[0] is the bit array proper, one bit per granule.  levels[l + 1]
- * holds one bit per word of levels[l], set iff that word is non-zero.  The
- * top level is a single word.  Bits past the end of a level are always
- * clear, so a whole word can be tested without masking the tail.
+ * The bits live in a radix tree of fan-out 64 over leaves of 4096 bits.
+ * Every slot of the tree is in one of three states: NULL (every bit below
+ * is clear), HB_FULL (every bit below is set) or a pointer to a node or
+ * leaf that holds both kinds.  A subtree that becomes uniform is freed and
+ * its slot becomes NULL or HB_FULL again, so the tree only holds the
+ * leaves and nodes that straddle a boundary between set and clear bits:
+ * its memory follows the number of runs of set bits, not the size, and
+ * setting or clearing a range costs the depth of the tree times the two
+ * edges of the range.  Each node keeps two masks over its slots (not NULL,
+ * HB_FULL) and the number of set bits below it, so searches for the next
+ * set or clear bit and counts over a range descend without scanning.
+ *
+ * The tree covers a power-of-64 multiple of the leaf size; bits past the
+ * bitmap's end are always clear, so a subtree that holds the end is never
+ * HB_FULL.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -13,25 +24,68 @@
 
 #include <string.h>
 
-#define BITS_PER_WORD 64
-#define WORD_SHIFT 6
-#define WORD_MASK (BITS_PER_WORD - 1)
+#define BITS_PER_WORD   64
+#define WORD_SHIFT      6
+#define WORD_MASK       (BITS_PER_WORD - 1)
 
-/* 64^11 > 2^64: eleven summary levels cover any bit count. */
-#define HBITMAP_MAX_LEVELS 12
+/* A leaf: 64 words of 64 bits. */
+#define LEAF_WORDS      64
+#define LEAF_SHIFT      12
+#define LEAF_BITS       (UINT64_C(1) << LEAF_SHIFT)
+
+/* A node: 64 slots. */
+#define NODE_SLOTS      64
+#define NODE_SHIFT      6
 
 /* Returned by the internal searches when there is no such bit. */
-#define NO_BIT UINT64_MAX
+#define NO_BIT          UINT64_MAX
+
+typedef struct HBLeaf {
+    uint64_t words[LEAF_WORDS];
+    uint64_t nonzero;           /* bit i: words[i] != 0 */
+    uint64_t full;              /* bit i: words[i] == ~0 */
+    uint32_t count;             /* set bits */
+} HBLeaf;
+
+typedef struct HBNode {
+    void *slots[NODE_SLOTS];    /* NULL, HB_FULL, HBNode * or HBLeaf * */
+    uint64_t nonnull;           /* bit i: slots[i] != NULL */
+    uint64_t full;              /* bit i: slots[i] == HB_FULL */
+    uint64_t count;             /* set bits below */
+} HBNode;
+
+/* The slot value of a subtree whose bits are all set. */
+static char hb_full_marker;
+#define HB_FULL ((void *)&hb_full_marker)
 
 struct HBitmap {
-    uint64_t size;          /* items */
-    int granularity;        /* each bit covers 1 << granularity items */
-    uint64_t nbits;         /* bits in levels[0] (granules) */
-    uint64_t count;         /* set bits in levels[0] */
-    int nlevels;
-    uint64_t nwords[HBITMAP_MAX_LEVELS];
-    uint64_t *levels[HBITMAP_MAX_LEVELS];
+    uint64_t size;              /* items */
+    int granularity;            /* each bit covers 1 << granularity items */
+    uint64_t nbits;             /* bits (granules) */
+    uint64_t count;             /* set bits */
+    int height;                 /* of the root: 0 is a leaf */
+    void *root;
+    size_t memory;              /* bytes of nodes and leaves */
+    uint64_t *visits;           /* -> visit_count: counted in searches too */
+    uint64_t visit_count;
 };
+
+/* log2 of the bits below a slot at height @h. */
+static inline unsigned span_shift(int h)
+{
+    return LEAF_SHIFT + NODE_SHIFT * h;
+}
+
+/* Is the subtree at height @h based at @base wholly inside [first, last]?
+ * (A span of 2^64 bits or more never is: the bitmap has fewer.) */
+static inline bool covers(int h, uint64_t base, uint64_t first,
+                          uint64_t last)
+{
+    unsigned sh = span_shift(h);
+
+    return sh < 64 && first <= base &&
+           last - base >= (UINT64_C(1) << sh) - 1;
+}
 
 /* Bits (@bit % 64)..63 of a word. */
 static inline uint64_t mask_from(uint64_t bit)
@@ -45,17 +99,285 @@ static inline uint64_t mask_to(uint64_t bit)
     return ~UINT64_C(0) >> (WORD_MASK - (bit & WORD_MASK));
 }
 
-/* Number of bits in level @l (the words of the level below, or granules). */
-static uint64_t level_bits(const HBitmap *hb, int l)
+static inline uint64_t bit_of(unsigned i)
 {
-    return l == 0 ? hb->nbits : hb->nwords[l - 1];
+    return UINT64_C(1) << i;
+}
+
+static inline void visit(const HBitmap *hb)
+{
+    (*hb->visits)++;
+}
+
+/* Set bits in a slot at height @h that is NULL or HB_FULL. */
+static uint64_t uniform_count(void *slot, int h)
+{
+    return slot == HB_FULL ? UINT64_C(1) << span_shift(h) : 0;
+}
+
+static uint64_t slot_count(void *slot, int h)
+{
+    if (slot == NULL || slot == HB_FULL) {
+        return uniform_count(slot, h);
+    }
+    return h == 0 ? ((HBLeaf *)slot)->count : ((HBNode *)slot)->count;
+}
+
+static void free_slot(HBitmap *hb, void *slot, int h)
+{
+    if (slot == NULL || slot == HB_FULL) {
+        return;
+    }
+    if (h > 0) {
+        HBNode *n = slot;
+        uint64_t m;
+
+        for (m = n->nonnull & ~n->full; m; m &= m - 1) {
+            free_slot(hb, n->slots[__builtin_ctzll(m)], h - 1);
+        }
+        hb->memory -= sizeof(HBNode);
+    } else {
+        hb->memory -= sizeof(HBLeaf);
+    }
+    g_free(slot);
+}
+
+/* A node or leaf at height @h with every bit clear (@slot NULL) or set
+ * (@slot HB_FULL), to be changed in part. */
+static void *expand(HBitmap *hb, void *slot, int h)
+{
+    bool full = slot == HB_FULL;
+
+    if (h == 0) {
+        HBLeaf *l = g_new(HBLeaf, 1);
+
+        memset(l->words, full ? 0xff : 0, sizeof(l->words));
+        l->nonzero = l->full = full ? ~UINT64_C(0) : 0;
+        l->count = full ? LEAF_BITS : 0;
+        hb->memory += sizeof(HBLeaf);
+        return l;
+    } else {
+        HBNode *n = g_new(HBNode, 1);
+        unsigned i;
+
+        for (i = 0; i < NODE_SLOTS; i++) {
+            n->slots[i] = slot;
+        }
+        n->nonnull = n->full = full ? ~UINT64_C(0) : 0;
+        n->count = uniform_count(slot, h);
+        hb->memory += sizeof(HBNode);
+        return n;
+    }
+}
+
+/* Replace *@slot by NULL or HB_FULL if its subtree became uniform. */
+static void collapse(HBitmap *hb, void **slot, int h)
+{
+    uint64_t c = slot_count(*slot, h);
+
+    if (*slot == NULL || *slot == HB_FULL) {
+        return;
+    }
+    if (c == 0) {
+        free_slot(hb, *slot, h);
+        *slot = NULL;
+    } else if (span_shift(h) < 64 && c == UINT64_C(1) << span_shift(h)) {
+        free_slot(hb, *slot, h);
+        *slot = HB_FULL;
+    }
+}
+
+/* Refresh @n's masks for slot @i. */
+static void node_note(HBNode *n, unsigned i)
+{
+    n->nonnull &= ~bit_of(i);
+    n->full &= ~bit_of(i);
+    if (n->slots[i]) {
+        n->nonnull |= bit_of(i);
+    }
+    if (n->slots[i] == HB_FULL) {
+        n->full |= bit_of(i);
+    }
+}
+
+/*
+ * Set (@value) or clear bits [@first, @last] in the subtree at *@slot,
+ * height @h, based at bit @base (the range is within it).  Returns how
+ * many bits changed.
+ */
+static uint64_t change(HBitmap *hb, void **slot, int h, uint64_t base,
+                       uint64_t first, uint64_t last, bool value)
+{
+    void *uniform = value ? HB_FULL : NULL;
+    uint64_t changed = 0;
+
+    visit(hb);
+    if (*slot == uniform) {
+        return 0;
+    }
+    if (covers(h, base, first, last)) {
+        changed = value ? (UINT64_C(1) << span_shift(h)) -
+                          slot_count(*slot, h)
+                        : slot_count(*slot, h);
+        free_slot(hb, *slot, h);
+        *slot = uniform;
+        return changed;
+    }
+    if (*slot == NULL || *slot == HB_FULL) {
+        *slot = expand(hb, *slot, h);
+    }
+
+    if (h == 0) {
+        HBLeaf *l = *slot;
+        uint64_t fw = (first - base) >> WORD_SHIFT;
+        uint64_t lw = (last - base) >> WORD_SHIFT;
+        uint64_t i;
+
+        for (i = fw; i <= lw; i++) {
+            uint64_t mask = ~UINT64_C(0);
+            uint64_t old = l->words[i];
+
+            if (i == fw) {
+                mask &= mask_from(first);
+            }
+            if (i == lw) {
+                mask &= mask_to(last);
+            }
+            l->words[i] = value ? old | mask : old & ~mask;
+            changed += __builtin_popcountll(l->words[i] ^ old);
+            l->nonzero = (l->nonzero & ~bit_of(i)) |
+                         ((uint64_t)(l->words[i] != 0) << i);
+            l->full = (l->full & ~bit_of(i)) |
+                      ((uint64_t)(l->words[i] == ~UINT64_C(0)) << i);
+        }
+        l->count = value ? l->count + changed : l->count - changed;
+    } else {
+        HBNode *n = *slot;
+        unsigned cs = span_shift(h - 1);
+        uint64_t fi = (first - base) >> cs;
+        uint64_t li = (last - base) >> cs;
+        uint64_t i;
+
+        for (i = fi; i <= li; i++) {
+            uint64_t cbase = base + (i << cs);
+            uint64_t cend = cbase + ((UINT64_C(1) << cs) - 1);
+
+            changed += change(hb, &n->slots[i], h - 1, cbase,
+                              MAX(first, cbase), MIN(last, cend), value);
+            node_note(n, i);
+        }
+        n->count = value ? n->count + changed : n->count - changed;
+    }
+    collapse(hb, slot, h);
+    return changed;
+}
+
+/* First bit >= @from that is set (@value) or clear in the subtree at
+ * @slot, height @h, based at @base (@from inside it); NO_BIT if none. */
+static uint64_t find(const HBitmap *hb, void *slot, int h, uint64_t base,
+                     uint64_t from, bool value)
+{
+    visit(hb);
+    if (slot == NULL || slot == HB_FULL) {
+        return (slot == HB_FULL) == value ? from : NO_BIT;
+    }
+    if (h == 0) {
+        const HBLeaf *l = slot;
+        uint64_t wi = (from - base) >> WORD_SHIFT;
+        uint64_t w = value ? l->words[wi] : ~l->words[wi];
+        uint64_t cand;
+
+        w &= mask_from(from);
+        if (w) {
+            return base + (wi << WORD_SHIFT) + __builtin_ctzll(w);
+        }
+        /* Later words that hold such a bit. */
+        cand = (value ? l->nonzero : ~l->full) & ~mask_to(wi);
+        if (wi == LEAF_WORDS - 1 || !cand) {
+            return NO_BIT;
+        }
+        wi = __builtin_ctzll(cand);
+        w = value ? l->words[wi] : ~l->words[wi];
+        return base + (wi << WORD_SHIFT) + __builtin_ctzll(w);
+    } else {
+        const HBNode *n = slot;
+        unsigned cs = span_shift(h - 1);
+        unsigned i = (from - base) >> cs;
+        uint64_t r, cand;
+
+        r = find(hb, n->slots[i], h - 1, base + ((uint64_t)i << cs), from,
+                 value);
+        if (r != NO_BIT) {
+            return r;
+        }
+        /* Any later slot that is not uniformly the other value has one. */
+        cand = (value ? n->nonnull : ~n->full) & ~mask_to(i);
+        if (i == NODE_SLOTS - 1 || !cand) {
+            return NO_BIT;
+        }
+        i = __builtin_ctzll(cand);
+        return find(hb, n->slots[i], h - 1, base + ((uint64_t)i << cs),
+                    base + ((uint64_t)i << cs), value);
+    }
+}
+
+/* Set bits within [@first, @last] in the subtree at @slot (height @h,
+ * based at @base; the range intersects it). */
+static uint64_t count_range(const HBitmap *hb, void *slot, int h,
+                            uint64_t base, uint64_t first, uint64_t last)
+{
+    uint64_t lo = MAX(first, base);
+    uint64_t hi = span_shift(h) < 64
+                  ? MIN(last, base + ((UINT64_C(1) << span_shift(h)) - 1))
+                  : last;
+    uint64_t sum = 0;
+
+    visit(hb);
+    if (slot == NULL || slot == HB_FULL) {
+        return slot == HB_FULL ? hi - lo + 1 : 0;
+    }
+    if (covers(h, base, first, last)) {
+        return slot_count(slot, h);
+    }
+    if (h == 0) {
+        const HBLeaf *l = slot;
+        uint64_t fw = (lo - base) >> WORD_SHIFT;
+        uint64_t lw = (hi - base) >> WORD_SHIFT;
+        uint64_t m = l->nonzero & ~(fw ? mask_to(fw - 1) : 0) &
+                     mask_to(lw);
+
+        for (; m; m &= m - 1) {
+            unsigned i = __builtin_ctzll(m);
+            uint64_t w = l->words[i];
+
+            if (i == fw) {
+                w &= mask_from(lo);
+            }
+            if (i == lw) {
+                w &= mask_to(hi);
+            }
+            sum += __builtin_popcountll(w);
+        }
+    } else {
+        const HBNode *n = slot;
+        unsigned cs = span_shift(h - 1);
+        unsigned fi = (lo - base) >> cs;
+        unsigned li = (hi - base) >> cs;
+        uint64_t m = n->nonnull & ~(fi ? mask_to(fi - 1) : 0) & mask_to(li);
+
+        for (; m; m &= m - 1) {
+            unsigned i = __builtin_ctzll(m);
+
+            sum += count_range(hb, n->slots[i], h - 1,
+                               base + ((uint64_t)i << cs), lo, hi);
+        }
+    }
+    return sum;
 }
 
 HBitmap *hbitmap_new(uint64_t size, int granularity)
 {
     HBitmap *hb;
-    uint64_t words;
-    int l;
 
     g_assert(granularity >= 0 && granularity < 64);
     g_assert(size <= INT64_MAX);
@@ -65,31 +387,20 @@ HBitmap *hbitmap_new(uint64_t size, int granularity)
     hb->granularity = granularity;
     hb->nbits = (size >> granularity) +
                 ((size & ((UINT64_C(1) << granularity) - 1)) != 0);
-
-    words = MAX((hb->nbits + WORD_MASK) >> WORD_SHIFT, 1);
-    for (l = 0; ; l++) {
-        g_assert(l < HBITMAP_MAX_LEVELS);
-        hb->nwords[l] = words;
-        hb->levels[l] = g_new0(uint64_t, words);
-        if (words == 1) {
-            break;
-        }
-        words = (words + WORD_MASK) >> WORD_SHIFT;
+    while (span_shift(hb->height) < 64 &&
+           (UINT64_C(1) << span_shift(hb->height)) < hb->nbits) {
+        hb->height++;
     }
-    hb->nlevels = l + 1;
+    hb->visits = &hb->visit_count;
     return hb;
 }
 
 void hbitmap_free(HBitmap *hb)
 {
-    int l;
-
     if (!hb) {
         return;
     }
-    for (l = 0; l < hb->nlevels; l++) {
-        g_free(hb->levels[l]);
-    }
+    free_slot(hb, hb->root, hb->height);
     g_free(hb);
 }
 
@@ -103,147 +414,26 @@ int hbitmap_granularity(const HBitmap *hb)
     return hb->granularity;
 }
 
-/*
- * First set bit >= @bit in level @l, or NO_BIT.  A miss in the current word
- * asks the level above for the next non-zero word, so the cost is bounded
- * by the number of levels.
- */
-static uint64_t find_next_set(const HBitmap *hb, int l, uint64_t bit)
+size_t hbitmap_memory(const HBitmap *hb)
 {
-    uint64_t widx = bit >> WORD_SHIFT;
-    uint64_t w;
-
-    if (widx >= hb->nwords[l]) {
-        return NO_BIT;
-    }
-    w = hb->levels[l][widx] & mask_from(bit);
-    if (w) {
-        return (widx << WORD_SHIFT) + __builtin_ctzll(w);
-    }
-    if (l + 1 == hb->nlevels) {
-        return NO_BIT;
-    }
-    widx = find_next_set(hb, l + 1, widx + 1);
-    if (widx == NO_BIT) {
-        return NO_BIT;
-    }
-    w = hb->levels[l][widx];
-    g_assert(w != 0);
-    return (widx << WORD_SHIFT) + __builtin_ctzll(w);
+    return sizeof(HBitmap) + hb->memory;
 }
 
-/* Index of the first non-zero word >= @widx in level @l, or NO_BIT. */
-static uint64_t next_nonzero_word(const HBitmap *hb, int l, uint64_t widx)
+uint64_t hbitmap_visits(const HBitmap *hb)
 {
-    if (widx >= hb->nwords[l]) {
-        return NO_BIT;
-    }
-    if (hb->levels[l][widx] || l + 1 == hb->nlevels) {
-        return hb->levels[l][widx] ? widx : NO_BIT;
-    }
-    return find_next_set(hb, l + 1, widx + 1);
+    return hb->visit_count;
 }
 
-/* First clear bit in levels[0] within [@first, @last], or NO_BIT. */
-static uint64_t find_next_clear(const HBitmap *hb, uint64_t first,
-                                uint64_t last)
+static void change_bits(HBitmap *hb, uint64_t first, uint64_t last,
+                        bool value)
 {
-    uint64_t widx = first >> WORD_SHIFT;
-    uint64_t lastw = last >> WORD_SHIFT;
-    uint64_t w = ~hb->levels[0][widx] & mask_from(first);
-    uint64_t bit;
+    uint64_t n = change(hb, &hb->root, hb->height, 0, first, last, value);
 
-    while (!w) {
-        if (++widx > lastw) {
-            return NO_BIT;
-        }
-        w = ~hb->levels[0][widx];
-    }
-    bit = (widx << WORD_SHIFT) + __builtin_ctzll(w);
-    return bit <= last ? bit : NO_BIT;
-}
-
-/*
- * Set bits [@first, @last] of level @l and the summary bits above them.
- * Every word touched ends up non-zero, so the parent range is exactly the
- * touched words; we stop climbing once no word went from zero to non-zero.
- */
-static void set_bits(HBitmap *hb, int l, uint64_t first, uint64_t last)
-{
-    uint64_t *words = hb->levels[l];
-    uint64_t fw = first >> WORD_SHIFT;
-    uint64_t lw = last >> WORD_SHIFT;
-    uint64_t added = 0;
-    bool woke = false;
-    uint64_t i;
-
-    for (i = fw; i <= lw; i++) {
-        uint64_t mask = ~UINT64_C(0);
-        uint64_t old = words[i];
-
-        if (i == fw) {
-            mask &= mask_from(first);
-        }
-        if (i == lw) {
-            mask &= mask_to(last);
-        }
-        words[i] = old | mask;
-        added += __builtin_popcountll(mask & ~old);
-        woke |= old == 0;
-    }
-    if (l == 0) {
-        hb->count += added;
-    }
-    if (woke && l + 1 < hb->nlevels) {
-        set_bits(hb, l + 1, fw, lw);
-    }
-}
-
-/*
- * Clear bits [@first, @last] of level @l and the summary bits of the words
- * that became zero.  Only non-zero words are visited: the level above is
- * read (before it is updated) to skip clean stretches.
- */
-static void reset_bits(HBitmap *hb, int l, uint64_t first, uint64_t last)
-{
-    uint64_t *words = hb->levels[l];
-    uint64_t fw = first >> WORD_SHIFT;
-    uint64_t lw = last >> WORD_SHIFT;
-    uint64_t removed = 0;
-    uint64_t i;
-
-    for (i = next_nonzero_word(hb, l, fw); i != NO_BIT && i <= lw;
-         i = next_nonzero_word(hb, l, i + 1)) {
-        uint64_t mask = ~UINT64_C(0);
-
-        if (i == fw) {
-            mask &= mask_from(first);
-        }
-        if (i == lw) {
-            mask &= mask_to(last);
-        }
-        removed += __builtin_popcountll(words[i] & mask);
-        words[i] &= ~mask;
-    }
-    if (l == 0) {
-        g_assert(hb->count >= removed);
-        hb->count -= removed;
-    }
-    if (l + 1 == hb->nlevels) {
-        return;
-    }
-    /* Partly cleared edge words may still be dirty; all others are zero. */
-    if (words[fw]) {
-        if (fw == lw) {
-            return;
-        }
-        fw++;
-    }
-    if (words[lw]) {
-        lw--;
-    }
-    if (fw <= lw) {
-        reset_bits(hb, l + 1, fw, lw);
+    if (value) {
+        hb->count += n;
+    } else {
+        g_assert(hb->count >= n);
+        hb->count -= n;
     }
 }
 
@@ -270,7 +460,7 @@ void hbitmap_set(HBitmap *hb, uint64_t start, uint64_t count)
     uint64_t first, last;
 
     if (range_to_bits(hb, start, count, &first, &last)) {
-        set_bits(hb, 0, first, last);
+        change_bits(hb, first, last, true);
     }
 }
 
@@ -279,42 +469,42 @@ void hbitmap_reset(HBitmap *hb, uint64_t start, uint64_t count)
     uint64_t first, last;
 
     if (range_to_bits(hb, start, count, &first, &last)) {
-        reset_bits(hb, 0, first, last);
+        change_bits(hb, first, last, false);
     }
 }
 
 void hbitmap_set_all(HBitmap *hb)
 {
-    int l;
-
-    if (hb->nbits == 0) {
-        return;
+    if (hb->nbits) {
+        change_bits(hb, 0, hb->nbits - 1, true);
     }
-    for (l = 0; l < hb->nlevels; l++) {
-        uint64_t bits = level_bits(hb, l);
-        uint64_t full = bits >> WORD_SHIFT;
-
-        memset(hb->levels[l], 0xff, full * sizeof(uint64_t));
-        if (bits & WORD_MASK) {
-            hb->levels[l][full] = mask_to((bits & WORD_MASK) - 1);
-        }
-    }
-    hb->count = hb->nbits;
 }
 
 void hbitmap_reset_all(HBitmap *hb)
 {
-    int l;
-
-    for (l = 0; l < hb->nlevels; l++) {
-        memset(hb->levels[l], 0, hb->nwords[l] * sizeof(uint64_t));
-    }
+    free_slot(hb, hb->root, hb->height);
+    hb->root = NULL;
     hb->count = 0;
 }
 
 static bool bit_is_set(const HBitmap *hb, uint64_t bit)
 {
-    return (hb->levels[0][bit >> WORD_SHIFT] >> (bit & WORD_MASK)) & 1;
+    void *slot = hb->root;
+    int h = hb->height;
+
+    visit(hb);
+    while (slot != NULL && slot != HB_FULL) {
+        if (h == 0) {
+            const HBLeaf *l = slot;
+            uint64_t off = bit & (LEAF_BITS - 1);
+
+            return (l->words[off >> WORD_SHIFT] >> (off & WORD_MASK)) & 1;
+        }
+        h--;
+        slot = ((HBNode *)slot)->slots[(bit >> span_shift(h)) &
+                                       (NODE_SLOTS - 1)];
+    }
+    return slot == HB_FULL;
 }
 
 bool hbitmap_get(const HBitmap *hb, uint64_t item)
@@ -339,6 +529,16 @@ bool hbitmap_is_empty(const HBitmap *hb)
     return hb->count == 0;
 }
 
+/* The first bit in [@first, @last] that is set (@value) or clear, or
+ * NO_BIT. */
+static uint64_t find_in(const HBitmap *hb, uint64_t first, uint64_t last,
+                        bool value)
+{
+    uint64_t bit = find(hb, hb->root, hb->height, 0, first, value);
+
+    return bit <= last && bit < hb->nbits ? bit : NO_BIT;
+}
+
 int64_t hbitmap_next_dirty(const HBitmap *hb, uint64_t start, uint64_t count)
 {
     uint64_t first, last, bit;
@@ -346,8 +546,8 @@ int64_t hbitmap_next_dirty(const HBitmap *hb, uint64_t start, uint64_t count)
     if (!range_to_bits(hb, start, count, &first, &last)) {
         return -1;
     }
-    bit = find_next_set(hb, 0, first);
-    if (bit == NO_BIT || bit > last) {
+    bit = find_in(hb, first, last, true);
+    if (bit == NO_BIT) {
         return -1;
     }
     return bit == first ? (int64_t)start : (int64_t)(bit << hb->granularity);
@@ -360,7 +560,7 @@ int64_t hbitmap_next_zero(const HBitmap *hb, uint64_t start, uint64_t count)
     if (!range_to_bits(hb, start, count, &first, &last)) {
         return -1;
     }
-    bit = find_next_clear(hb, first, last);
+    bit = find_in(hb, first, last, false);
     if (bit == NO_BIT) {
         return -1;
     }
@@ -395,26 +595,12 @@ bool hbitmap_next_dirty_area(const HBitmap *hb, uint64_t start, uint64_t end,
 uint64_t hbitmap_count_between(const HBitmap *hb, uint64_t start,
                                uint64_t count)
 {
-    uint64_t first, last, end, bits = 0, items;
-    uint64_t fw, lw, i;
+    uint64_t first, last, end, bits, items;
 
     if (!range_to_bits(hb, start, count, &first, &last)) {
         return 0;
     }
-    fw = first >> WORD_SHIFT;
-    lw = last >> WORD_SHIFT;
-    for (i = next_nonzero_word(hb, 0, fw); i != NO_BIT && i <= lw;
-         i = next_nonzero_word(hb, 0, i + 1)) {
-        uint64_t w = hb->levels[0][i];
-
-        if (i == fw) {
-            w &= mask_from(first);
-        }
-        if (i == lw) {
-            w &= mask_to(last);
-        }
-        bits += __builtin_popcountll(w);
-    }
+    bits = count_range(hb, hb->root, hb->height, 0, first, last);
 
     /* Whole granules, minus the parts of the edge granules outside. */
     items = bits << hb->granularity;
@@ -430,20 +616,24 @@ uint64_t hbitmap_count_between(const HBitmap *hb, uint64_t start,
 
 void hbitmap_merge(HBitmap *dst, const HBitmap *src)
 {
-    uint64_t i;
+    uint64_t bit = 0;
 
     g_assert(dst->size == src->size);
     g_assert(dst->granularity == src->granularity);
 
-    for (i = next_nonzero_word(src, 0, 0); i != NO_BIT;
-         i = next_nonzero_word(src, 0, i + 1)) {
-        uint64_t old = dst->levels[0][i];
-        uint64_t merged = old | src->levels[0][i];
+    /* Run by run: the cost follows the runs of @src, not its size. */
+    while (bit < src->nbits) {
+        uint64_t first = find_in(src, bit, src->nbits - 1, true);
+        uint64_t end;
 
-        dst->levels[0][i] = merged;
-        dst->count += __builtin_popcountll(merged & ~old);
-        if (old == 0 && dst->nlevels > 1) {
-            set_bits(dst, 1, i, i);
+        if (first == NO_BIT) {
+            break;
         }
+        end = find_in(src, first, src->nbits - 1, false);
+        if (end == NO_BIT) {
+            end = src->nbits;
+        }
+        change_bits(dst, first, end - 1, true);
+        bit = end;
     }
 }

@@ -1,12 +1,14 @@
 /*
- * HBitmap: a hierarchical bitmap with a granularity.
+ * HBitmap: a sparse bitmap with a granularity.
  *
  * Each bit stands for 2^granularity consecutive items (bytes, for dirty
- * bitmaps).  Above the bit array sit coarser summary levels: in every level
- * but the last, bit N is set iff word N of the next finer level is non-zero,
- * so finding the next set bit skips clean regions 64, 4096, 262144, ...
- * words at a time.  The number of set bits is maintained on every change,
- * so hbitmap_count() is O(1).
+ * bitmaps).  The bits are kept in a radix tree whose subtrees that are all
+ * clear or all set take no memory (hbitmap.c), so what a bitmap costs
+ * follows the number of runs of set bits, not its size: an empty or a
+ * full bitmap of 2^30 granules holds a few hundred bytes, and setting,
+ * clearing, searching or counting over any range costs a few steps per
+ * level of the tree (at most 10) at each edge of the range.  The number
+ * of set bits is maintained on every change, so hbitmap_count() is O(1).
  *
  * Ranges are in items.  hbitmap_set() and hbitmap_reset() round the range
  * outward to whole granules: resetting part of a granule clears the whole
@@ -29,9 +31,9 @@ typedef struct HBitmap HBitmap;
 /*
  * A bitmap for @size items (0 <= size <= INT64_MAX, 0 allowed), each bit
  * covering 2^@granularity items (0 <= granularity < 64).  All bits start
- * clear.  Memory is about size >> (granularity + 3) bytes, allocated zeroed
- * (so only the pages that get touched become resident): 2 MiB for 2^40
- * items at granularity 16; choose the granularity to keep this sane.
+ * clear.  Memory is allocated as runs of set bits appear: about 0.5 KiB
+ * per 4096 granules that hold both set and clear bits, plus as much
+ * again per 64 such blocks, and nothing for uniform stretches.
  */
 HBitmap *hbitmap_new(uint64_t size, int granularity);
 
@@ -78,9 +80,8 @@ bool hbitmap_is_empty(const HBitmap *hb);
 int64_t hbitmap_next_dirty(const HBitmap *hb, uint64_t start, uint64_t count);
 
 /*
- * Like hbitmap_next_dirty() for the first item whose bit is clear.  Upper
- * levels cannot skip set bits, so this is linear in the set words crossed
- * (64 granules per step); bound it with @count.
+ * Like hbitmap_next_dirty() for the first item whose bit is clear (within
+ * the bitmap's size).  O(log64 size) worst case.
  */
 int64_t hbitmap_next_zero(const HBitmap *hb, uint64_t start, uint64_t count);
 
@@ -102,7 +103,21 @@ bool hbitmap_next_dirty_area(const HBitmap *hb, uint64_t start, uint64_t end,
 uint64_t hbitmap_count_between(const HBitmap *hb, uint64_t start,
                                uint64_t count);
 
-/* OR @src into @dst; both must have the same size and granularity. */
+/* OR @src into @dst; both must have the same size and granularity.  Costs
+ * the number of runs of set bits in @src. */
 void hbitmap_merge(HBitmap *dst, const HBitmap *src);
+
+/*
+ * Bytes of heap @hb holds now: the struct and its tree.  For the owners'
+ * memory accounting and for tests that bound it.
+ */
+size_t hbitmap_memory(const HBitmap *hb);
+
+/*
+ * Tree nodes and leaves visited by every call on @hb so far (searches,
+ * counts and changes): a measure of the work done that tests bound, since
+ * it must follow the runs of set bits touched, not the size.
+ */
+uint64_t hbitmap_visits(const HBitmap *hb);
 
 #endif /* UTIL_HBITMAP_H */

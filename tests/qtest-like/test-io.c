@@ -345,6 +345,176 @@ static void test_discard_shrinks(void)
     g_assert_cmpint(record(recs, 0)->bytes, ==, 12288);
 }
 
+/*
+ * Write-zeroes and discard move no data: without a driver limit a range
+ * of any length is one driver request (a 64 TiB thin disk's zero extent
+ * costs one call, not 65536 of io.c's read and write cap).
+ */
+static void test_no_data_unsplit(void)
+{
+    g_autoptr(BlockDriverState) bs =
+        test_open("null:size=64T,record=on,align=4096", NULL, BDRV_O_RDWR);
+    GArray *recs = null_get_records(bs);
+    NullStats st;
+
+    g_assert_cmpint(test_pwrite_zeroes(bs, 4096, 64 * TiB - 8192,
+                                       BDRV_REQ_MAY_UNMAP), ==, 0);
+    g_assert_cmpuint(recs->len, ==, 1);
+    g_assert_cmpint(record(recs, 0)->op, ==, NULL_OP_ZERO);
+    g_assert_cmpint(record(recs, 0)->offset, ==, 4096);
+    g_assert_cmpint(record(recs, 0)->bytes, ==, 64 * TiB - 8192);
+    g_assert_cmpint(test_pdiscard(bs, 0, 64 * TiB), ==, 0);
+    g_assert_cmpuint(recs->len, ==, 2);
+    g_assert_cmpint(record(recs, 1)->op, ==, NULL_OP_DISCARD);
+    g_assert_cmpint(record(recs, 1)->bytes, ==, 64 * TiB);
+    null_get_stats(bs, &st);
+    g_assert_cmpuint(st.misaligned, ==, 0);
+}
+
+/*
+ * A driver that zeroes and discards at most 1 MiB per call, in memory
+ * (16 MiB, filled with 0xff at open), answers every call from an idle
+ * source, counts the calls in flight, and cannot zero (-ENOTSUP) the
+ * fragment at fail_at: the fragments of a long write-zeroes after the
+ * first go out a few at a time, and the fallback writes zero data.
+ */
+#define FAN_SIZE    (16 * MiB)
+
+typedef struct FanState {
+    uint8_t *mem;
+    int64_t fail_at;            /* -1: none */
+    int in_flight, max_in_flight;
+    int zeroes, discards, writes;
+} FanState;
+
+typedef struct FanDone {
+    BdrvRequest *req;
+    int ret;
+} FanDone;
+
+static gboolean fan_complete(gpointer data)
+{
+    FanDone *d = data;
+    FanState *s = d->req->bs->opaque;
+
+    s->in_flight--;
+    bdrv_req_complete(d->req, d->ret);
+    g_free(d);
+    return G_SOURCE_REMOVE;
+}
+
+static void fan_submit(BlockDriverState *bs, BdrvRequest *req)
+{
+    FanState *s = bs->opaque;
+    FanDone *d = g_new0(FanDone, 1);
+
+    d->req = req;
+    s->in_flight++;
+    s->max_in_flight = MAX(s->max_in_flight, s->in_flight);
+    switch (req->op) {
+    case BDRV_OP_ZERO:
+        g_assert_cmpint(req->bytes, <=, MiB);
+        s->zeroes++;
+        if (req->offset == s->fail_at) {
+            d->ret = -ENOTSUP;
+        } else {
+            memset(s->mem + req->offset, 0, req->bytes);
+        }
+        break;
+    case BDRV_OP_DISCARD:
+        g_assert_cmpint(req->bytes, <=, MiB);
+        s->discards++;
+        break;
+    case BDRV_OP_WRITE:
+        s->writes++;
+        memcpy(s->mem + req->offset, req->buf, req->bytes);
+        break;
+    case BDRV_OP_READ:
+        memcpy(req->buf, s->mem + req->offset, req->bytes);
+        break;
+    default:
+        break;
+    }
+    g_idle_add(fan_complete, d);
+}
+
+static int64_t fan_get_length(BlockDriverState *bs)
+{
+    return FAN_SIZE;
+}
+
+static void fan_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
+{
+    bl->request_alignment = 1;
+    bl->max_pwrite_zeroes = MiB;
+    bl->max_pdiscard = MiB;
+}
+
+static void fan_close(BlockDriverState *bs)
+{
+    g_free(((FanState *)bs->opaque)->mem);
+}
+
+static bool fan_init(BlockDriverState *bs, void *data, GError **errp)
+{
+    FanState *s = bs->opaque;
+
+    s->mem = g_malloc(FAN_SIZE);
+    memset(s->mem, 0xff, FAN_SIZE);
+    s->fail_at = *(int64_t *)data;
+    return true;
+}
+
+static const BlockDriver fan_driver = {
+    .format_name = "fan",
+    .instance_size = sizeof(FanState),
+    .get_length = fan_get_length,
+    .refresh_limits = fan_refresh_limits,
+    .close = fan_close,
+    .aio_submit = fan_submit,
+};
+
+static void fan_assert_zero(FanState *s, int64_t start, int64_t end)
+{
+    g_assert_cmpint(s->mem[start - 1], ==, 0xff);
+    g_assert_true(buffer_is_zero(s->mem + start, end - start));
+    g_assert_cmpint(s->mem[end], ==, 0xff);
+}
+
+static void test_no_data_fan_out(void)
+{
+    int64_t none = -1, fail_at = 5 * MiB + 4096;
+    g_autoptr(BlockDriverState) bs =
+        bdrv_new_internal(&fan_driver, "fan", BDRV_O_RDWR, fan_init, &none,
+                          NULL);
+    g_autoptr(BlockDriverState) bs2 =
+        bdrv_new_internal(&fan_driver, "fan", BDRV_O_RDWR, fan_init,
+                          &fail_at, NULL);
+    FanState *s = bs->opaque, *s2 = bs2->opaque;
+
+    /* 10 fragments: the first alone, then at most 4 at a time. */
+    g_assert_cmpint(test_pwrite_zeroes(bs, 4096, 10 * MiB, 0), ==, 0);
+    g_assert_cmpint(s->zeroes, ==, 10);
+    g_assert_cmpint(s->max_in_flight, ==, 4);
+    g_assert_cmpint(s->writes, ==, 0);
+    fan_assert_zero(s, 4096, 10 * MiB + 4096);
+    g_assert_cmpint(test_pdiscard(bs, 0, 15 * MiB), ==, 0);
+    g_assert_cmpint(s->discards, ==, 15);
+    g_assert_cmpint(bdrv_get_in_flight(bs), ==, 0);
+
+    /* The fragment at 5 MiB + 4 KiB cannot be zeroed: zero data is
+     * written from there to the end (1 MiB at a time), and the request
+     * succeeds. */
+    g_assert_cmpint(test_pwrite_zeroes(bs2, 4096, 10 * MiB, 0), ==, 0);
+    g_assert_cmpint(s2->writes, ==, 5);
+    fan_assert_zero(s2, 4096, 10 * MiB + 4096);
+    /* Without a fallback, the request fails. */
+    memset(s2->mem, 0xff, FAN_SIZE);
+    g_assert_cmpint(test_pwrite_zeroes(bs2, 4096, 10 * MiB,
+                                       BDRV_REQ_NO_FALLBACK), ==, -ENOTSUP);
+    g_assert_cmpint(bdrv_get_in_flight(bs2), ==, 0);
+}
+
 static void test_block_status_clamp(void)
 {
     g_autoptr(BlockDriverState) bs =
@@ -567,6 +737,8 @@ int main(int argc, char **argv)
     g_test_add_func("/io/zero/fallback", test_zero_fallback);
     g_test_add_func("/io/zero/unaligned", test_zero_unaligned);
     g_test_add_func("/io/discard/shrinks", test_discard_shrinks);
+    g_test_add_func("/io/no-data-unsplit", test_no_data_unsplit);
+    g_test_add_func("/io/no-data-fan-out", test_no_data_fan_out);
     g_test_add_func("/io/block-status/clamp", test_block_status_clamp);
     g_test_add_func("/io/in-flight", test_in_flight_count);
     g_test_add_func("/io/driver/registry", test_driver_registry);

@@ -196,12 +196,62 @@ static void test_status_null(void)
     g_assert_cmpint(e->length, ==, GiB);
     g_assert_cmpuint(e->flags, ==, BDRV_BLOCK_ZERO);
 
-    /* Beyond 32 bits of length: capped, still at least one extent. */
+    /* Beyond 32 bits of length: one request of the protocol's most (4 GiB
+     * less 64 KiB, aligned for any server), one extent. */
     g_array_set_size(ext, 0);
     g_assert_cmpint(test_block_status(bs, 0, 3 * TiB, ext), ==, 0);
+    g_assert_cmpint(ext->len, ==, 1);
     e = &g_array_index(ext, BlockExtent, 0);
-    g_assert_cmpint(e->length, <=, 2 * GiB);
-    g_assert_cmpint(e->length, >=, GiB);
+    g_assert_cmpint(e->length, ==, 4 * GiB - 64 * KiB);
+}
+
+/*
+ * Zero and trim of long ranges go out in requests of the protocol's most
+ * (4 GiB less 64 KiB), with the fast-zero flag when the caller allows no
+ * fallback, and zero exactly the range asked.
+ */
+static void test_no_data_large(void)
+{
+    g_autoptr(Server) srv = NULL;
+    g_autoptr(BlockDriverState) bs = NULL;
+    g_autofree char *logdir = g_dir_make_tmp("test-nbd-log-XXXXXX", NULL);
+    g_autofree char *log = g_build_filename(logdir, "log", NULL);
+    g_autofree char *logarg = g_strdup_printf("logfile=%s", log);
+    uint8_t w[4096], r[4096];
+
+    if (!have_nbdkit()) {
+        return;
+    }
+    srv = server_start("--filter=log", "memory", "64T", logarg, NULL);
+    bs = must_open(srv->uri, BDRV_O_RDWR, NULL);
+    test_fill_pattern(w, 0, sizeof(w), 3);
+    g_assert_cmpint(test_pwrite(bs, 9 * GiB, sizeof(w), w), ==, 0);
+    g_assert_cmpint(test_pwrite(bs, 17 * GiB, sizeof(w), w), ==, 0);
+
+    /* 17 GiB less 4 KiB: 5 requests (9 of 2 GiB before). */
+    g_assert_cmpint(test_pwrite_zeroes(bs, 4096, 17 * GiB - 4096,
+                                       BDRV_REQ_MAY_UNMAP), ==, 0);
+    g_assert_cmpint(count_lines(log, (const char *[]){ " Zero id=",
+                                "fast=0", NULL }), ==, 5);
+    g_assert_cmpint(test_pread(bs, 9 * GiB, sizeof(r), r), ==, 0);
+    assert_zero(r, sizeof(r));
+    g_assert_cmpint(test_pread(bs, 17 * GiB, sizeof(r), r), ==, 0);
+    g_assert_cmpmem(r, sizeof(r), w, sizeof(w));
+
+    g_assert_cmpint(test_pwrite_zeroes(bs, 0, 16 * GiB,
+                                       BDRV_REQ_MAY_UNMAP |
+                                       BDRV_REQ_NO_FALLBACK), ==, 0);
+    g_assert_cmpint(count_lines(log, (const char *[]){ " Zero id=",
+                                "fast=1", NULL }), ==, 5);
+    g_assert_cmpint(test_pwrite(bs, 17 * GiB, sizeof(w), w), ==, 0);
+    g_assert_cmpint(test_pdiscard(bs, 0, 17 * GiB + 4096), ==, 0);
+    g_assert_cmpint(count_lines(log, (const char *[]){ " Trim id=", NULL }),
+                    ==, 5);
+    g_assert_cmpint(test_pread(bs, 17 * GiB, sizeof(r), r), ==, 0);
+    assert_zero(r, sizeof(r));
+    server_free(g_steal_pointer(&srv));
+    g_unlink(log);
+    g_rmdir(logdir);
 }
 
 /* memory: written ranges are data, the rest zero; noextents: all data. */
@@ -471,6 +521,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/zero/fallback", test_zero);
     g_test_add_func("/nbd/zero/fast-refused", test_zero_fast_refused);
     g_test_add_func("/nbd/trim", test_trim);
+    g_test_add_func("/nbd/no-data/large", test_no_data_large);
     g_test_add_func("/nbd/read-only", test_read_only);
     g_test_add_func("/nbd/blocksize-policy", test_blocksize_policy);
     return g_test_run();

@@ -260,8 +260,10 @@ switched_over()
     rm -f st st.tmp "$scratch/q.sock"
     truncate -s 0 dst.raw
     truncate -s 96M dst.raw
+    # --qmp-wait: the job starts with the client that waits for READY,
+    # which it could otherwise reach before that client connects.
     "$T" start --state-file st --export "unix:$scratch/exp.sock" \
-        --qmp "$scratch/q.sock" src.raw dst.raw >sw.out 2>sw.err &
+        --qmp "$scratch/q.sock" --qmp-wait src.raw dst.raw >sw.out 2>sw.err &
     pid=$!
     track_pid $pid
     wait_for 30 "start to listen on QMP" test -S "$scratch/q.sock"
