@@ -47,7 +47,8 @@
 # would time out there too).  File targets are compared with the source
 # after every run (`qemu-img compare`, untimed); NBD targets discard what
 # they get (exit status only).
-# Columns: median wall, CPU, ready_s, srv_cpu; max RSS; growth = wall /
+# Columns: median wall, spread (slowest / fastest run), CPU, ready_s,
+# srv_cpu; max RSS; growth = wall /
 # wall at the previous size, per 4x of size ((w2/w1)^(ln 4 / ln(s2/s1)));
 # ratio = wall / the best peer's (nbdcopy, qemu-img) wall at that size.
 # Goals (issue 21), one verdict line per mirror-tool row and case: wall
@@ -351,10 +352,11 @@ bench_cell() {
 }
 
 # --- report ---------------------------------------------------------------
-# cell CASE SIZE ROW: "status wall cpu rss_mib ready srv limit_mib over"
+# cell CASE SIZE ROW: "status wall cpu rss_mib ready srv limit_mib over
+# spread"
 # over the runs: status ok (all ran), timeout (one timed out: wall is
 # ">T"), fail, skip (timed out at a smaller size), none (not run);
-# over: runs whose RSS reached their limit.
+# over: runs whose RSS reached their limit; spread: slowest / fastest wall.
 cell() {
     local c=$1 s=$2 k=$3 lines st wall
     lines=$(awk -F'\t' -v c="$c" -v s="$s" -v k="$k" '$1 == c && $2 == s && $3 == k' "$RES")
@@ -372,14 +374,16 @@ cell() {
         # A killed run's peak RSS is a lower bound of the whole run's.
         awk -F'\t' '$8 == "timeout" { if (!w) w = $5; if ($7 > r) r = $7
             if ($11 > l) l = $11; if ($11 != "" && $7 >= $11) n++ }
-            END { printf "timeout >%s - >%d - - %d %d\n", w, r / 1024, l / 1024, n }' <<<"$lines"
+            END { printf "timeout >%s - >%d - - %d %d -\n", w, r / 1024, l / 1024, n }' <<<"$lines"
         return
     fi
     echo "$st $wall $(f 6 | median) $(fmax 7)" \
         "$(f 9 | grep -v -- - | median | sed 's/^nan$/-/')" \
         "$(f 10 | grep -v -- - | median | sed 's/^nan$/-/')" \
         "$(fmax 11)" \
-        "$(awk -F'\t' '$8 == "ok" && $11 != "" && $7 >= $11 { n++ } END { print n + 0 }' <<<"$lines")"
+        "$(awk -F'\t' '$8 == "ok" && $11 != "" && $7 >= $11 { n++ } END { print n + 0 }' <<<"$lines")" \
+        "$(f 5 | awk 'NR == 1 || $1 < lo { lo = $1 } $1 > hi { hi = $1 }
+            END { if (NR > 1 && lo > 0) printf "%.2f\n", hi / lo; else print "-" }')"
 }
 
 # growth W1 W2 S1 S2: wall growth per 4x of size ("-" if unknown;
@@ -410,7 +414,7 @@ worst() {
 }
 
 report() {
-    local c s k prev pw g r st wall cpu rss ready srv lim over diff
+    local c s k prev pw g r st wall cpu rss ready srv lim over diff spread
     local -A W BEST
     echo
     echo "== scale: RUNS=$RUNS, median wall, CPU (user+sys), max peak RSS of the tool;" \
@@ -421,8 +425,8 @@ report() {
     echo "goals (issue 21): wall within ${GOAL_RATIO}x of the best peer at every size" \
         "(or within ${SLACK_MS} ms of it); growth per 4x of size at most ${GOAL_GROWTH}x" \
         "(ideally about 1 for a and c-null); peak RSS at most buf-size + 32 MiB (limit_MiB)"
-    printf '%-8s %4s  %-36s %8s %7s %7s %9s %7s %7s %7s %7s\n' case size tool wall_s \
-        cpu_s rss_MiB limit_MiB ready_s srv_cpu growth ratio
+    printf '%-8s %4s  %-36s %8s %6s %7s %7s %9s %7s %7s %7s %7s\n' case size tool wall_s \
+        spread cpu_s rss_MiB limit_MiB ready_s srv_cpu growth ratio
     for c in $CASES; do
         # The best peer per size first.
         for s in $SIZES; do
@@ -442,10 +446,10 @@ report() {
                     prev='' pw=''
                     continue
                 fi
-                read -r st wall cpu rss ready srv lim over <<<"$(cell "$c" "$s" "$k")"
+                read -r st wall cpu rss ready srv lim over spread <<<"$(cell "$c" "$s" "$k")"
                 [[ $st == none ]] && continue
                 case $st in
-                skip) wall=">${TIMED_OUT[$c:$k]}" cpu=- rss=- ready=- srv=- lim=- ;;
+                skip) wall=">${TIMED_OUT[$c:$k]}" cpu=- rss=- ready=- srv=- lim=- spread=- ;;
                 fail) wall=FAIL ;;
                 esac
                 is_mt "$k" || lim=-
@@ -457,8 +461,8 @@ report() {
                 fi
                 W[$c:$k:$s]="$wall $g $r $rss $lim $over $(awk -v w="${wall#>}" \
                     -v b="${BEST[$s]}" 'BEGIN { print (w - b) * 1000 }')"
-                printf '%-8s %4s  %-36s %8s %7s %7s %9s %7s %7s %7s %7s\n' \
-                    "$(case_name "$c")" "$s" "${LABEL[k]}" "$wall" \
+                printf '%-8s %4s  %-36s %8s %6s %7s %7s %9s %7s %7s %7s %7s\n' \
+                    "$(case_name "$c")" "$s" "${LABEL[k]}" "$wall" "${spread:--}" \
                     "$cpu" "$rss" "$lim" "$ready" "$srv" "$g" "$r"
                 prev=$s pw=$wall
             done
