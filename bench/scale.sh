@@ -48,9 +48,9 @@
 # after every run (`qemu-img compare`, untimed); NBD targets discard what
 # they get (exit status only).
 # Columns: median wall, spread (slowest / fastest run), CPU, ready_s,
-# srv_cpu; max RSS; growth = wall /
-# wall at the previous size, per 4x of size ((w2/w1)^(ln 4 / ln(s2/s1)));
-# ratio = wall / the best peer's (nbdcopy, qemu-img) wall at that size.
+# srv_cpu; max RSS; growth = wall / wall at the previous size, per 4x of
+# size ((w2/w1)^(ln 4 / ln(s2/s1))); ratio = wall / the best peer's
+# (nbdcopy, qemu-img) wall at that size.
 # Goals (issue 21), one verdict line per mirror-tool row and case: wall
 # within 1.1x of the best peer at every size (or within SLACK_MS of it:
 # process start and exit, see the header's start-up floor); growth per 4x
