@@ -17,6 +17,7 @@ typedef enum NullExtents {
     NULL_EXTENTS_DATA,
     NULL_EXTENTS_ZERO,
     NULL_EXTENTS_ALTERNATE,
+    NULL_EXTENTS_SPARSE,
 } NullExtents;
 
 typedef struct NullShared {
@@ -31,6 +32,7 @@ typedef struct NullState {
     GRand *rand;
     uint32_t align;
     int64_t max_transfer;
+    int64_t max_zero;           /* BlockLimits.max_pwrite_zeroes */
     int64_t channels;           /* BlockLimits.channels */
     int64_t active_channels;    /* get_active_channels(); 0: all */
     int64_t active_after;       /* ... from this many bytes written */
@@ -40,7 +42,9 @@ typedef struct NullState {
     int64_t copy_transfer;      /* BlockLimits.copy_transfer */
     bool zeroes;
     NullExtents extents;
-    int64_t run;                /* alternate run length */
+    int64_t run;                /* alternate run length; sparse: the
+                                 * data run at the start of ... */
+    int64_t period;             /* ... every period bytes */
 
     FaultRule fault;
 
@@ -75,6 +79,21 @@ static bool null_parse_extents(NullState *s, GHashTable *opts, GError **errp)
         /* default */
     } else if (!strcmp(v, "zero")) {
         s->extents = NULL_EXTENTS_ZERO;
+    } else if (g_str_has_prefix(v, "sparse:")) {
+        g_auto(GStrv) parts = g_strsplit(v + 7, ":", -1);
+
+        s->extents = NULL_EXTENTS_SPARSE;
+        if (g_strv_length(parts) != 2) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "null: extents '%s': expected sparse:DATA:PERIOD", v);
+            return false;
+        }
+        if (!parse_size_range("null: extents=sparse PERIOD", parts[1], 1,
+                              INT64_MAX, false, &s->period, errp) ||
+            !parse_size_range("null: extents=sparse DATA", parts[0], 1,
+                              s->period, false, &s->run, errp)) {
+            return false;
+        }
     } else if (g_str_has_prefix(v, "alternate:")) {
         s->extents = NULL_EXTENTS_ALTERNATE;
         if (!parse_size_range("null: extents=alternate", v + 10, 1,
@@ -106,6 +125,7 @@ static bool null_open(BlockDriverState *bs, const char *spec, int flags,
         !fault_opt_size(opts, "null", "jitter-ns", 0, &s->jitter_ns, errp) ||
         !fault_opt_size(opts, "null", "align", 1, &align, errp) ||
         !fault_opt_size(opts, "null", "max-transfer", 0, &s->max_transfer, errp) ||
+        !fault_opt_size(opts, "null", "max-zero", 0, &s->max_zero, errp) ||
         !fault_opt_size(opts, "null", "channels", 1, &s->channels, errp) ||
         !fault_opt_size(opts, "null", "active-channels", 0,
                         &s->active_channels, errp) ||
@@ -165,6 +185,7 @@ static void null_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 
     bl->request_alignment = s->align;
     bl->max_transfer = s->max_transfer;
+    bl->max_pwrite_zeroes = QEMU_ALIGN_DOWN(s->max_zero, s->align);
     bl->channels = MIN(s->channels, 64);
     bl->copy_transfer = s->copy_transfer;
     bl->window_bytes = s->window_bytes;
@@ -232,7 +253,8 @@ static void null_account(BlockDriverState *bs, BdrvRequest *req)
          ((offset + bytes) % s->align && offset + bytes != s->size) ||
          bytes <= 0 || offset + bytes > s->size ||
          (s->max_transfer && bytes > s->max_transfer &&
-          (op == NULL_OP_READ || op == NULL_OP_WRITE)))) {
+          (op == NULL_OP_READ || op == NULL_OP_WRITE)) ||
+         (s->max_zero && bytes > s->max_zero && op == NULL_OP_ZERO))) {
         st->misaligned++;
     }
     if (null_is_write_like(op)) {
@@ -304,6 +326,13 @@ static void null_block_status(NullState *s, BdrvRequest *req)
             data = false;
             next = end;
             break;
+        case NULL_EXTENTS_SPARSE: {
+            int64_t base = pos - pos % s->period;
+
+            data = pos - base < s->run;
+            next = MIN(data ? base + s->run : base + s->period, end);
+            break;
+        }
         default:
             data = (pos / s->run) % 2 == 0;
             next = MIN((pos / s->run + 1) * s->run, end);

@@ -9,6 +9,7 @@
  *                        requests complete out of order
  *   align=N              request_alignment (power of 2, default 1)
  *   max-transfer=N       max_transfer limit (default none)
+ *   max-zero=N           max_pwrite_zeroes limit (default none)
  *   channels=N           request channels it claims, like NBD connections (1)
  *   window=SIZE          bytes in flight per channel it asks for, like NBD
  *                        (BlockLimits.window_bytes; default none)
@@ -21,9 +22,13 @@
  *                        before: a window that shrinks mid-job
  *   copy-transfer=SIZE   the copy operation size it prefers, like NBD (none)
  *   zeroes=on|off        support write-zeroes (default on)
- *   extents=data|zero|alternate:SIZE
+ *   extents=data|zero|alternate:SIZE|sparse:DATA:PERIOD
  *                        block status: all data (default), all zero
- *                        holes, or data/zero runs of SIZE starting with data
+ *                        holes, data/zero runs of SIZE starting with data,
+ *                        or a DATA-byte data run at the start of every
+ *                        PERIOD bytes and zero holes between (0 < DATA <=
+ *                        PERIOD): sparse:64K:64M is 0.1% data scattered
+ *                        in 64 KiB pieces
  *   error-op=..., error-offset=, error-length=, error-errno=,
  *   error-once=, error-file=
  *                        fault injection (block/fault-inject.h)

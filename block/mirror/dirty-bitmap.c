@@ -125,15 +125,28 @@ int64_t dirty_bitmap_next_dirty(const DirtyBitmap *bm, int64_t offset)
     return hbitmap_next_dirty(bm->hb, offset, UINT64_MAX);
 }
 
-int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset)
+int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset,
+                                int64_t bytes)
 {
-    int64_t r;
+    int64_t end, r;
 
-    if (offset >= bm->size) {
-        return bm->size;
+    g_assert(offset >= 0 && bytes >= 0);
+    end = bytes > bm->size - offset ? bm->size : offset + bytes;
+    if (offset >= end) {
+        return end;
     }
-    r = hbitmap_next_zero(bm->hb, offset, UINT64_MAX);
-    return r < 0 ? bm->size : r;
+    r = hbitmap_next_zero(bm->hb, offset, end - offset);
+    return r < 0 ? end : r;
+}
+
+size_t dirty_bitmap_memory(const DirtyBitmap *bm)
+{
+    return sizeof(*bm) + hbitmap_memory(bm->hb);
+}
+
+uint64_t dirty_bitmap_visits(const DirtyBitmap *bm)
+{
+    return hbitmap_visits(bm->hb);
 }
 
 void dirty_bitmap_track_rate(DirtyBitmap *bm, bool track)

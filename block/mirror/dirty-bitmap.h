@@ -61,8 +61,18 @@ int64_t dirty_bitmap_count_range(const DirtyBitmap *bm, int64_t offset,
  * when it is dirty), or -1. */
 int64_t dirty_bitmap_next_dirty(const DirtyBitmap *bm, int64_t offset);
 
-/* Start of the first clean granule at or after @offset, or the size. */
-int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset);
+/*
+ * Start of the first clean granule in [offset, offset + bytes), or
+ * @offset + @bytes clipped to the size when there is none.  The search
+ * is bounded by @bytes: callers ask for no more than they can use.
+ */
+int64_t dirty_bitmap_next_clean(const DirtyBitmap *bm, int64_t offset,
+                                int64_t bytes);
+
+/* Heap bytes @bm holds now, and bitmap nodes visited so far
+ * (util/hbitmap.h). */
+size_t dirty_bitmap_memory(const DirtyBitmap *bm);
+uint64_t dirty_bitmap_visits(const DirtyBitmap *bm);
 
 /*
  * Bytes newly dirtied per second, averaged over the last few seconds,

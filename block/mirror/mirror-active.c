@@ -124,8 +124,9 @@ static void mirror_active_target_done(void *opaque, int ret)
     } else {
         /* Acknowledged, not yet flushed (mirror-track.h). */
         mirror_extents_add(&a->track->unflushed, op->start, op->end);
-        if (a->track->zero && op->kind == MIRROR_WRITE_DATA) {
-            hbitmap_reset(a->track->zero, op->start, op->end - op->start);
+        if (op->kind == MIRROR_WRITE_DATA) {
+            mirror_zero_written(&a->track->zero, op->start,
+                                op->end - op->start);
         }
         mirror_state_clean(a->track->state, a->track->dirty, op->start,
                            op->end - op->start);

@@ -159,6 +159,11 @@ void mirror_extents_union(MirrorExtents *dst, const MirrorExtents *src)
     }
 }
 
+size_t mirror_extents_memory(const MirrorExtents *e)
+{
+    return e->a ? e->a->len * sizeof(MirrorExtent) : 0;
+}
+
 void mirror_extents_swap(MirrorExtents *a, MirrorExtents *b)
 {
     MirrorExtents t = *a;

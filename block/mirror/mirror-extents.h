@@ -55,6 +55,9 @@ void mirror_extents_union(MirrorExtents *dst, const MirrorExtents *src);
 /* Exchange the contents of @a and @b. */
 void mirror_extents_swap(MirrorExtents *a, MirrorExtents *b);
 
+/* Heap bytes the extents take now (their count: what grows). */
+size_t mirror_extents_memory(const MirrorExtents *e);
+
 static inline guint mirror_extents_count(const MirrorExtents *e)
 {
     return e->a->len;

@@ -131,6 +131,7 @@ struct MirrorJob {
     bool finished;
     bool stopping;              /* finishing: guests bypass the job */
     bool draining;              /* waiting for the filter to quiesce */
+    int64_t tracking_peak;      /* MirrorStats.tracking_bytes_peak */
     bool drained;               /* the filter is quiesced */
 };
 

@@ -42,6 +42,11 @@ void mirror_ops_counters(MirrorJob *s, int64_t *copied, int64_t *zeroed,
     *skipped = s->ops.skipped;
 }
 
+int64_t mirror_ops_zero_in_flight(MirrorJob *s)
+{
+    return s->ops.zero_in_flight;
+}
+
 void mirror_op_skip(MirrorJob *s, int64_t bytes)
 {
     s->ops.skipped += bytes;
@@ -61,6 +66,9 @@ static void mirror_op_retire(MirrorOp *op)
     mirror_window_op_end(&s->win, copy_bytes);
     if (copy_bytes) {
         mirror_copy_release(&op->copy);
+    }
+    if (op->method == MIRROR_METHOD_ZERO) {
+        s->ops.zero_in_flight -= op->bytes;
     }
     hbitmap_reset(s->track.in_flight, op->offset, op->bytes);
     g_free(op);
@@ -115,8 +123,8 @@ static void mirror_write_cb(void *opaque, int ret)
                        op->piece_offset + op->piece_bytes);
     if (op->piece_method == MIRROR_METHOD_ZERO) {
         s->ops.zeroed += op->piece_bytes;
-        if (s->track.zero && op->method == MIRROR_METHOD_ZERO) {
-            hbitmap_set(s->track.zero, op->offset, op->bytes);
+        if (op->method == MIRROR_METHOD_ZERO) {
+            mirror_zero_zeroed(&s->track.zero, op->offset, op->bytes);
         }
     } else {
         s->ops.copied += op->piece_bytes;
@@ -274,7 +282,6 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
                      int64_t bytes, uint8_t *buf)
 {
     MirrorOp *op = g_new0(MirrorOp, 1);
-    HBitmap *zero = s->track.zero;
 
     op->s = s;
     op->method = method;
@@ -286,18 +293,18 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
     mirror_window_op_begin(&s->win,
                            method == MIRROR_METHOD_COPY ? bytes : 0);
     hbitmap_set(s->track.in_flight, offset, bytes);
+    if (method == MIRROR_METHOD_ZERO) {
+        s->ops.zero_in_flight += bytes;
+    }
     if (s->cfg.in_order) {
         g_queue_push_tail_link(&s->ops.order, &op->order_link);
         op->in_order_queue = true;
     }
 
     if (method == MIRROR_METHOD_COPY) {
-        if (zero) {
-            op->target_was_zero = hbitmap_count_between(zero, offset,
-                                                        bytes) ==
-                                  (uint64_t)bytes;
-            hbitmap_reset(zero, offset, bytes);
-        }
+        op->target_was_zero = mirror_zero_covers(&s->track.zero, offset,
+                                                 bytes);
+        mirror_zero_written(&s->track.zero, offset, bytes);
         mirror_copy_start(&s->copy, &op->copy, offset, bytes, buf);
     } else {
         mirror_write_when_ready(op);

@@ -18,8 +18,22 @@
 
 #include <glib.h>
 
-/* Largest zero operation (no buffer behind it). */
-#define MIRROR_MAX_ZERO_BYTES   (1 * GiB)
+/*
+ * ZERO operations (no buffer behind them).  An operation holds its range
+ * until it completes: cancel and completion wait for it, a guest write
+ * on its range waits for it in write-blocking mode, and on a target that
+ * zeroes by writing it costs its length.  So a zero is as large as its
+ * extent up to MIRROR_MAX_ZERO_BYTES, large enough that the job's own
+ * cost is per extent and a target that takes large zero requests (a raw
+ * file's fallocate) gets them; the block layer splits it for the
+ * target's limit.  The zeroes in flight together stay within
+ * MIRROR_MAX_ZERO_IN_FLIGHT (several of the largest, which keeps several
+ * of the target's requests going), and in write-blocking mode one covers
+ * at most MIRROR_ACTIVE_MAX_ZERO_BYTES (what guests may wait for).
+ */
+#define MIRROR_MAX_ZERO_BYTES           (64 * GiB)
+#define MIRROR_MAX_ZERO_IN_FLIGHT       (256 * GiB)
+#define MIRROR_ACTIVE_MAX_ZERO_BYTES    (1 * GiB)
 
 typedef struct MirrorJob MirrorJob;
 
@@ -75,6 +89,7 @@ typedef struct MirrorOpList {
     int64_t copied;             /* data written to the target */
     int64_t zeroed;             /* zeroes written to the target */
     int64_t skipped;            /* known zero on both sides: no I/O */
+    int64_t zero_in_flight;     /* bytes of ZERO operations in flight */
 } MirrorOpList;
 
 /* Set up @s's operation list (before the copy path, which calls back);
@@ -99,6 +114,9 @@ void mirror_op_start(MirrorJob *s, MirrorMethod method, int64_t offset,
 /* [offset, offset + bytes) needs nothing (known zero on both sides): it
  * counts as done. */
 void mirror_op_skip(MirrorJob *s, int64_t bytes);
+
+/* Bytes of the ZERO operations in flight. */
+int64_t mirror_ops_zero_in_flight(MirrorJob *s);
 
 /* What the operations achieved, for query-block-jobs. */
 double mirror_ops_copy_rate(MirrorJob *s, int64_t now_ns);

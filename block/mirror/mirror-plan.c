@@ -47,26 +47,62 @@ static int64_t mirror_next_candidate(MirrorJob *s)
                 return off;
             }
             busy_end = hbitmap_next_zero(s->track.in_flight, off,
-                                         UINT64_MAX);
-            off = busy_end < 0 ? len : busy_end;
+                                         limit - off);
+            off = busy_end < 0 ? limit : busy_end;
         }
     }
     return -1;
 }
 
-/* Does the target already read as zero over [offset, offset + bytes)? */
-static bool mirror_target_known_zero(MirrorJob *s, int64_t offset,
-                                     int64_t bytes)
+/* The most one more ZERO operation may cover now (mirror-op.h). */
+static int64_t mirror_zero_cap(MirrorJob *s)
 {
-    return s->track.zero &&
-           hbitmap_count_between(s->track.zero, offset, bytes) ==
-           (uint64_t)bytes;
+    int64_t room = MIRROR_MAX_ZERO_IN_FLIGHT - mirror_ops_zero_in_flight(s);
+
+    return MIN(room, s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING
+                     ? MIRROR_ACTIVE_MAX_ZERO_BYTES : MIRROR_MAX_ZERO_BYTES);
+}
+
+/*
+ * What to do with the @n bytes at @offset that the source reads as
+ * zero: SKIP what the target is known to read as zero, in one step
+ * however long, else ZERO up to where it is known zero again, within
+ * the zero caps.  False when the zeroes in flight leave no room (a
+ * completion pumps again).
+ */
+static bool mirror_plan_zero(MirrorJob *s, int64_t offset, int64_t n,
+                             MirrorMethod *method, int64_t *max_bytes)
+{
+    int64_t g = s->cfg.granularity;
+    int64_t run = mirror_zero_run(&s->track.zero, offset, n);
+    int64_t cap, known;
+
+    if (run > 0) {
+        *method = MIRROR_METHOD_SKIP;
+        *max_bytes = run;
+        return true;
+    }
+    known = mirror_zero_next(&s->track.zero, offset, n);
+    if (known > offset) {
+        n = known - offset;
+    }
+    cap = mirror_zero_cap(s);
+    if (n > cap) {
+        n = QEMU_ALIGN_DOWN(cap, g);
+        if (n <= 0) {
+            return false;
+        }
+    }
+    *method = MIRROR_METHOD_ZERO;
+    *max_bytes = n;
+    return true;
 }
 
 /*
  * Decide what to do at @offset: the method and the largest length allowed
- * by the source's block status and the size caps.  Returns false when the
- * block status is not known yet (a fetch was started).
+ * by the source's block status and the size caps.  Returns false when
+ * nothing may start there now: the block status is not known yet (a
+ * fetch was started), or the zero caps are reached.
  */
 static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
                         int64_t *max_bytes)
@@ -85,26 +121,22 @@ static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
     ext_end = ext->offset + ext->length;
     n = ext_end >= len ? len - offset : QEMU_ALIGN_DOWN(ext_end - offset, g);
 
-    if (mirror_status_copies(&s->status, ext)) {
+    if (n < g || mirror_status_copies(&s->status, ext)) {
+        /* Data, or status that changes inside this granule: copy (the
+         * whole granule). */
         *method = MIRROR_METHOD_COPY;
-    } else if (mirror_status_from_backing(&s->status, ext)) {
-        /* Provided by the target's backing file: nothing to copy. */
+        *max_bytes = n < g ? MIN(g, len - offset)
+                           : MIN(n, MAX(s->cfg.chunk_size, g));
+        return true;
+    }
+    if (mirror_status_from_backing(&s->status, ext)) {
+        /* Provided by the target's backing file: nothing to copy, in one
+         * step for the whole extent. */
         *method = MIRROR_METHOD_SKIP;
-    } else {
-        *method = MIRROR_METHOD_ZERO;
+        *max_bytes = n;
+        return true;
     }
-    if (n < g) {
-        /* Status changes inside this granule: copy the whole granule. */
-        *method = MIRROR_METHOD_COPY;
-        n = MIN(g, len - offset);
-    }
-    if (*method == MIRROR_METHOD_COPY) {
-        n = MIN(n, MAX(s->cfg.chunk_size, g));
-    } else {
-        n = MIN(n, MIRROR_MAX_ZERO_BYTES);
-    }
-    *max_bytes = n;
-    return true;
+    return mirror_plan_zero(s, offset, n, method, max_bytes);
 }
 
 bool mirror_issue_one(MirrorJob *s)
@@ -119,18 +151,17 @@ bool mirror_issue_one(MirrorJob *s)
         return false;
     }
 
-    /* Coalesce consecutive dirty granules that no operation covers. */
-    run_end = dirty_bitmap_next_clean(s->track.dirty, offset);
-    busy = hbitmap_next_dirty(s->track.in_flight, offset, UINT64_MAX);
-    if (busy >= 0 && busy < run_end) {
-        run_end = busy;
+    /*
+     * Coalesce consecutive dirty granules that no operation covers, up
+     * to what the plan allows: each search is bounded by that, so an
+     * operation costs what it covers, not what lies beyond.
+     */
+    run_end = dirty_bitmap_next_clean(s->track.dirty, offset, max_bytes);
+    busy = hbitmap_next_dirty(s->track.in_flight, offset, run_end - offset);
+    if (busy >= 0) {
+        run_end = busy;     /* > offset: the candidate is not in flight */
     }
-    bytes = MIN(run_end - offset, max_bytes);
-
-    if (method == MIRROR_METHOD_ZERO &&
-        mirror_target_known_zero(s, offset, bytes)) {
-        method = MIRROR_METHOD_SKIP;
-    }
+    bytes = run_end - offset;
     if (method == MIRROR_METHOD_COPY) {
         bytes = mirror_window_fit(&s->win, bytes);
         if (bytes == 0 ||
@@ -155,8 +186,11 @@ bool mirror_issue_one(MirrorJob *s)
     if (method == MIRROR_METHOD_SKIP) {
         mirror_op_skip(s, bytes);
         mirror_state_clean(s->track.state, s->track.dirty, offset, bytes);
-        return true;
+    } else {
+        mirror_op_start(s, method, offset, bytes, buf);
     }
-    mirror_op_start(s, method, offset, bytes, buf);
+    /* The first pass is past this: what it knew of zeroes there is of
+     * little use now (mirror-zero.h). */
+    mirror_zero_drop_before(&s->track.zero, s->plan.cursor);
     return true;
 }

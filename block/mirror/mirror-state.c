@@ -476,6 +476,22 @@ const MirrorExtents *mirror_state_good(MirrorState *st)
     return &st->good;
 }
 
+size_t mirror_state_memory(MirrorState *st)
+{
+    if (!st) {
+        return 0;
+    }
+    return st->held->len * sizeof(MirrorExtent) +
+           mirror_extents_memory(&st->good) +
+           mirror_extents_memory(&st->disk) +
+           mirror_extents_memory(&st->writing) +
+           mirror_extents_memory(&st->pending) +
+           mirror_extents_memory(&st->flushing) +
+           mirror_extents_memory(&st->hot) +
+           mirror_extents_memory(&st->hot_old) +
+           mirror_extents_memory(&st->parked);
+}
+
 int64_t mirror_state_good_bytes(MirrorState *st)
 {
     return st ? st->good.bytes : -1;
@@ -519,7 +535,7 @@ void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
         if (stop >= end) {
             break;
         }
-        pos = dirty_bitmap_next_clean(dirty, stop);
+        pos = dirty_bitmap_next_clean(dirty, stop, end - stop);
     }
 }
 

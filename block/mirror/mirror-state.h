@@ -108,6 +108,9 @@ void mirror_state_set_switch_record(MirrorState *st, bool on);
 /* The known-good extents now (bytes: ->bytes). */
 const MirrorExtents *mirror_state_good(MirrorState *st);
 
+/* Heap bytes its extent sets take now (0 for a NULL state). */
+size_t mirror_state_memory(MirrorState *st);
+
 /* Bytes known good now; -1 for a NULL state. */
 int64_t mirror_state_good_bytes(MirrorState *st);
 

@@ -20,6 +20,7 @@ void mirror_status_init(MirrorStatus *st, BlockDriverState *src, int64_t len,
         .allocate_zeroes = allocate_zeroes,
         .fetched = fetched,
         .opaque = opaque,
+        .stale_from = INT64_MAX,
     };
 }
 
@@ -88,51 +89,62 @@ bool mirror_status_copies(const MirrorStatus *st, const BlockExtent *e)
             st->allocate_zeroes);
 }
 
-/* Do all extents of @ext (sorted, contiguous) that overlap [offset,
- * offset + bytes) copy? */
-static bool mirror_status_all_copy(const MirrorStatus *st, GArray *ext,
-                                   int64_t offset, int64_t bytes)
+/* The index of the first extent of @ext (sorted, contiguous) that
+ * overlaps [offset, offset + bytes) and is not copied; ext->len if none. */
+static guint mirror_status_first_stale(const MirrorStatus *st, GArray *ext,
+                                       int64_t offset, int64_t bytes)
 {
-    for (guint i = mirror_extent_index(ext, offset); i < ext->len; i++) {
+    guint i;
+
+    for (i = mirror_extent_index(ext, offset); i < ext->len; i++) {
         const BlockExtent *e = &g_array_index(ext, BlockExtent, i);
 
-        if (e->offset >= offset + bytes) {
+        if (e->offset >= offset + bytes || !mirror_status_copies(st, e)) {
             break;
         }
-        if (!mirror_status_copies(st, e)) {
-            return false;
-        }
     }
-    return true;
+    if (i < ext->len &&
+        g_array_index(ext, BlockExtent, i).offset >= offset + bytes) {
+        return ext->len;
+    }
+    return i;
 }
 
-/* Does the fresh answer @ext hold for the writes that landed while it was
- * being fetched? */
-static bool mirror_status_survives_writes(MirrorStatus *st, GArray *ext)
+/*
+ * How many extents of the fresh answer @ext hold for the writes that
+ * landed while it was being fetched: those before the first one that a
+ * write may have changed (all when none).  An answer for the whole rest
+ * of the disk stays of use when guests write far ahead, and also under
+ * more writes than are remembered.
+ */
+static int64_t mirror_status_extents_valid(MirrorStatus *st, GArray *ext)
 {
     GArray *w = st->writes;
-    bool ok = !st->stale;
+    int64_t keep = mirror_extent_index(ext, st->stale_from);
 
-    for (guint i = 0; ok && w && i < w->len; i++) {
+    for (guint i = 0; keep > 0 && w && i < w->len; i++) {
         const BlockExtent *e = &g_array_index(w, BlockExtent, i);
 
-        ok = mirror_status_all_copy(st, ext, e->offset, e->length);
+        keep = MIN(keep, mirror_status_first_stale(st, ext, e->offset,
+                                                   e->length));
     }
-    st->stale = false;
+    st->stale_from = INT64_MAX;
     if (w) {
         g_array_set_size(w, 0);
     }
-    return ok;
+    return keep;
 }
 
 static void mirror_status_done(void *opaque, int ret)
 {
     MirrorStatus *st = opaque;
     GArray *ext = st->fetched_extents;
+    int64_t keep;
 
     st->fetched_extents = NULL;
     st->pending = false;
-    if (!mirror_status_survives_writes(st, ext)) {
+    keep = mirror_status_extents_valid(st, ext);
+    if (keep == 0 && ext->len) {
         /* A write landed while we asked: the answer may predate it. */
         g_array_unref(ext);
         mirror_status_invalidate(st);
@@ -148,6 +160,8 @@ static void mirror_status_done(void *opaque, int ret)
         };
         g_array_set_size(ext, 0);
         g_array_append_val(ext, e);
+    } else if (ext->len > MIN(keep, MIRROR_STATUS_MAX_EXTENTS)) {
+        g_array_set_size(ext, MIN(keep, MIRROR_STATUS_MAX_EXTENTS));
     }
     if (st->extents) {
         g_array_unref(st->extents);
@@ -186,18 +200,52 @@ void mirror_status_invalidate(MirrorStatus *st)
     }
 }
 
+/*
+ * Drop what the cache may no longer say right after a write to [offset,
+ * offset + bytes) inside it: the extents from the first one written that
+ * is not copied when that lies ahead of the last lookup, those up to the
+ * last one written when that lies behind it, else all.  The cache covers
+ * the rest of the disk: a write far from the cursor must not make the
+ * job ask for its status again.
+ */
+static void mirror_status_drop_stale(MirrorStatus *st, int64_t offset,
+                                     int64_t bytes)
+{
+    GArray *ext = st->extents;
+    guint i = mirror_status_first_stale(st, ext, offset, bytes);
+    guint j;
+
+    if (i >= ext->len) {
+        return;         /* only extents that are copied anyway */
+    }
+    if (i > st->idx) {
+        st->end = g_array_index(ext, BlockExtent, i).offset;
+        g_array_set_size(ext, i);
+        return;
+    }
+    j = mirror_extent_index(ext, offset + bytes - 1);
+    if (j < st->idx) {
+        const BlockExtent *e = &g_array_index(ext, BlockExtent, j);
+
+        st->start = e->offset + e->length;
+        g_array_remove_range(ext, 0, j + 1);
+        st->idx -= j + 1;
+        return;
+    }
+    mirror_status_invalidate(st);
+}
+
 void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
 {
     /* Guests keep writing during a live mirror: dropping the window for
      * each write would re-read the status of the whole window (on tmpfs
      * that walks every page) after every write, so only writes over
      * extents that do not copy drop it. */
-    if (offset < st->end && st->start < offset + bytes &&
-        !mirror_status_all_copy(st, st->extents, offset, bytes)) {
-        mirror_status_invalidate(st);
+    if (offset < st->end && st->start < offset + bytes) {
+        mirror_status_drop_stale(st, offset, bytes);
     }
     if (st->pending &&
-        offset < st->fetch_offset + MIRROR_STATUS_WINDOW &&
+        offset - st->fetch_offset < MIRROR_STATUS_WINDOW &&
         st->fetch_offset < offset + bytes) {
         BlockExtent e = { .offset = offset, .length = bytes };
 
@@ -207,7 +255,20 @@ void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
         if (st->writes->len < MIRROR_STATUS_MAX_WRITES) {
             g_array_append_val(st->writes, e);
         } else {
-            st->stale = true;
+            st->stale_from = MIN(st->stale_from, offset);
         }
     }
+}
+
+size_t mirror_status_memory(const MirrorStatus *st)
+{
+    GArray *arrays[] = { st->extents, st->fetched_extents, st->writes };
+    size_t n = 0;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(arrays); i++) {
+        if (arrays[i]) {
+            n += arrays[i]->len * sizeof(BlockExtent);
+        }
+    }
+    return n;
 }

@@ -1,16 +1,22 @@
 /*
  * The source's block status, as the mirror job sees it: fetched lazily,
- * one window of up to MIRROR_STATUS_WINDOW at a time, and cached.
+ * one window of up to MIRROR_STATUS_WINDOW at a time, and cached.  The
+ * window is large (a whole thin disk is one fetch) and the driver
+ * answers for less when the range is fragmented (the answer's extents
+ * are bounded); the cache keeps at most MIRROR_STATUS_MAX_EXTENTS of
+ * them, so its memory is bounded whatever the size and the layout.
  *
  * The cache also decides what an extent means to the job
  * (mirror_status_copies()), since that decides which writes make it
  * stale: an extent that is copied whatever its length stays right
  * whatever is written there later (a write can only turn a range into
  * data, or by discarding into zeroes, which copying reads correctly), so
- * guest writes drop the cache only over extents that are not copied.
+ * guest writes cut the cache only at extents that are not copied.
  * Writes that land while a fetch is in flight are remembered (up to
- * MIRROR_STATUS_MAX_WRITES) and the answer is dropped if one of them
- * falls on an extent of it that is not copied.
+ * MIRROR_STATUS_MAX_WRITES; beyond, only the lowest offset of the rest)
+ * and the answer is cut before the first extent of it that one of them
+ * may have changed: an extent that is not copied, or any from that
+ * lowest offset on.
  *
  * A leaf: it knows the source node, and tells its owner through one
  * callback that an answer came (or was dropped).
@@ -24,10 +30,12 @@
 #include "block/block.h"
 #include "util/cutils.h"
 
-/* How much block status to ask for at once. */
-#define MIRROR_STATUS_WINDOW    (1 * GiB)
+/* How much block status to ask for at once: more than any disk. */
+#define MIRROR_STATUS_WINDOW    (INT64_MAX / 2)
+/* Extents the cache keeps of an answer; the rest is asked again. */
+#define MIRROR_STATUS_MAX_EXTENTS 2048
 /* Writes remembered while a fetch is pending; beyond, the answer is
- * dropped. */
+ * cut at the lowest offset of the rest. */
 #define MIRROR_STATUS_MAX_WRITES 4096
 
 typedef struct MirrorStatus {
@@ -51,7 +59,8 @@ typedef struct MirrorStatus {
     int64_t fetch_offset;
     GArray *fetched_extents;
     GArray *writes;             /* BlockExtent: written while pending */
-    bool stale;                 /* too many of them: drop the answer */
+    int64_t stale_from;         /* too many of them: the lowest offset
+                                 * of the rest (INT64_MAX: none) */
 } MirrorStatus;
 
 /*
@@ -90,6 +99,9 @@ bool mirror_status_copies(const MirrorStatus *st, const BlockExtent *e);
 
 /* Is @e provided by a backing file that sync=top leaves alone? */
 bool mirror_status_from_backing(const MirrorStatus *st, const BlockExtent *e);
+
+/* Heap bytes the cache and the fetch in flight take now. */
+size_t mirror_status_memory(const MirrorStatus *st);
 
 /* Forget the cache. */
 void mirror_status_invalidate(MirrorStatus *st);

@@ -1,6 +1,6 @@
 /*
  * What the mirror job has left to copy and what is being copied: its
- * three bitmaps, created when the job starts (mirror.c) and shared by the
+ * bitmaps, created when the job starts (mirror.c) and shared by the
  * parts that plan, run and block on operations through the bitmaps' own
  * functions (dirty-bitmap.h, util/hbitmap.h).
  *
@@ -13,6 +13,7 @@
 #include "block/mirror/dirty-bitmap.h"
 #include "block/mirror/mirror-extents.h"
 #include "block/mirror/mirror-state.h"
+#include "block/mirror/mirror-zero.h"
 #include "util/hbitmap.h"
 
 typedef struct MirrorTrack {
@@ -20,8 +21,8 @@ typedef struct MirrorTrack {
                                  * starts */
     HBitmap *in_flight;         /* granules covered by an operation or an
                                  * active write: no other may start there */
-    HBitmap *zero;              /* granules known zero on the target, or
-                                 * NULL when the target was not zero */
+    MirrorZero zero;            /* what reads as zero on the target
+                                 * (mirror-zero.h) */
     MirrorState *state;         /* --state-file: told what becomes clean
                                  * (mirror-state.h), or NULL */
     /*

@@ -113,11 +113,27 @@ static bool mirror_can_issue(MirrorJob *s)
            !s->flush.in_flight;
 }
 
+/* MirrorStats.tracking_bytes: O(1) (each part counts as it changes). */
+static int64_t mirror_tracking_bytes(MirrorJob *s)
+{
+    MirrorTrack *t = &s->track;
+
+    if (!t->dirty) {
+        return 0;
+    }
+    return dirty_bitmap_memory(t->dirty) + hbitmap_memory(t->in_flight) +
+           mirror_zero_memory(&t->zero) + mirror_status_memory(&s->status) +
+           mirror_extents_memory(&t->unflushed) +
+           mirror_extents_memory(&t->flushing) +
+           mirror_state_memory(t->state);
+}
+
 static void mirror_update_progress(MirrorJob *s)
 {
     s->common.progress_total = s->common.progress_current +
                                dirty_bitmap_count(s->track.dirty) +
                                mirror_window_bytes_in_flight(&s->win);
+    s->tracking_peak = MAX(s->tracking_peak, mirror_tracking_bytes(s));
 }
 
 void mirror_pump(MirrorJob *s)
@@ -244,10 +260,9 @@ static void mirror_target_reconnected(void *opaque)
 
             /* Through the notifier, no longer known good either. */
             dirty_bitmap_set(s->track.dirty, x->start, x->end - x->start);
-            if (s->track.zero) {
-                /* A lost zero write: the target is not zero there. */
-                hbitmap_reset(s->track.zero, x->start, x->end - x->start);
-            }
+            /* A lost zero write: the target is not zero there. */
+            mirror_zero_written(&s->track.zero, x->start,
+                                x->end - x->start);
         }
         bytes += sets[i]->bytes;
         mirror_extents_clear(sets[i]);
@@ -697,10 +712,9 @@ static void mirror_start(Job *job)
     mirror_extents_init(&s->track.unflushed);
     mirror_extents_init(&s->track.flushing);
     /* What a crashed run wrote but did not flush is not zero any more. */
-    if (s->cfg.target_zero && !mirror_state_resumed(s->track.state)) {
-        s->track.zero = hbitmap_new(len, gbits);
-        hbitmap_set_all(s->track.zero);
-    }
+    mirror_zero_init(&s->track.zero, len, s->cfg.granularity,
+                     s->cfg.target_zero &&
+                     !mirror_state_resumed(s->track.state));
     if (s->track.state) {
         /* Copy what is not known good (for sync=none the state starts
          * as all good: mirror-state.h). */
@@ -788,7 +802,7 @@ static void mirror_free(Job *job)
     mirror_converge_stop(&s->converge);
     dirty_bitmap_free(s->track.dirty);
     hbitmap_free(s->track.in_flight);
-    hbitmap_free(s->track.zero);
+    mirror_zero_destroy(&s->track.zero);
     mirror_extents_destroy(&s->track.unflushed);
     mirror_extents_destroy(&s->track.flushing);
     mirror_status_free(&s->status);
@@ -838,7 +852,15 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .passes = mirror_plan_passes(s),
         .errors = s->err.count,
         .known_good_bytes = mirror_state_good_bytes(s->track.state),
+        .tracking_bytes = mirror_tracking_bytes(s),
     };
+    s->tracking_peak = MAX(s->tracking_peak, st->tracking_bytes);
+    st->tracking_bytes_peak = s->tracking_peak;
+    if (dirty) {
+        st->tracking_visits = dirty_bitmap_visits(dirty) +
+                              hbitmap_visits(s->track.in_flight) +
+                              mirror_zero_visits(&s->track.zero);
+    }
     mirror_ops_counters(s, &st->bytes_copied, &st->bytes_zeroed,
                         &st->bytes_skipped);
     st->in_sync = dirty && st->dirty_bytes == 0 && st->in_flight == 0;

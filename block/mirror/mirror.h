@@ -118,6 +118,18 @@ typedef struct MirrorStats {
     uint64_t passes;            /* times the cursor wrapped around */
     uint64_t errors;            /* failed operations so far */
     int64_t known_good_bytes;   /* --state-file: known good now; else -1 */
+    /*
+     * Heap the job's per-granule and per-extent structures hold now (the
+     * dirty, in-flight and zero bitmaps, the block status cache, the
+     * extent sets of the target's flushes and of the state file), and at
+     * most since it started: it follows the runs and extents, not the
+     * disk's size.
+     */
+    int64_t tracking_bytes;
+    int64_t tracking_bytes_peak;
+    /* Bitmap nodes those bitmaps visited so far (util/hbitmap.h): the
+     * work of the job's searches, for tests that bound it. */
+    uint64_t tracking_visits;
 } MirrorStats;
 
 /* What a guest write does (write-blocking mode). */
