@@ -118,6 +118,7 @@ static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
         }
         return false;
     }
+    mirror_status_read_ahead(&s->status);
     ext_end = ext->offset + ext->length;
     n = ext_end >= len ? len - offset : QEMU_ALIGN_DOWN(ext_end - offset, g);
 
