@@ -12,13 +12,13 @@ die() { echo "$BENCH: error: $*" >&2; exit 1; }
 log() { echo "$*" >&2; }
 need() { local t; for t; do command -v "$t" >/dev/null || die "$t not installed"; done; }
 
-# "16M" -> bytes (K/M/G suffixes, powers of 2).
+# "16M" -> bytes (K/M/G/T suffixes, powers of 2).
 to_bytes() {
     local v=${1^^} n
-    n=${v%[KMG]}
+    n=${v%[KMGT]}
     case $v in
     *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;;
-    *G) echo $((n << 30)) ;; *) echo "$n" ;;
+    *G) echo $((n << 30)) ;; *T) echo $((n << 40)) ;; *) echo "$n" ;;
     esac
 }
 

@@ -118,6 +118,7 @@ static bool mirror_plan(MirrorJob *s, int64_t offset, MirrorMethod *method,
         }
         return false;
     }
+    mirror_status_read_ahead(&s->status);
     ext_end = ext->offset + ext->length;
     n = ext_end >= len ? len - offset : QEMU_ALIGN_DOWN(ext_end - offset, g);
 
@@ -185,7 +186,8 @@ bool mirror_issue_one(MirrorJob *s)
 
     if (method == MIRROR_METHOD_SKIP) {
         mirror_op_skip(s, bytes);
-        mirror_state_clean(s->track.state, s->track.dirty, offset, bytes);
+        mirror_state_clean_zero(s->track.state, s->track.dirty, offset,
+                                bytes);
     } else {
         mirror_op_start(s, method, offset, bytes, buf);
     }

@@ -60,6 +60,7 @@ struct MirrorState {
     MirrorExtents flushing;
     GArray *held;               /* MirrorExtent, one per gated guest write */
     int64_t pending_since_ns;   /* when @pending became non-empty */
+    int64_t pending_data;       /* bytes of data copied into @pending */
     MirrorExtents hot;
     MirrorExtents hot_old;
     MirrorExtents parked;
@@ -518,13 +519,19 @@ static void mirror_state_add_pending(MirrorState *st, int64_t start,
     mirror_extents_add(&st->pending, start, end);
 }
 
-void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
-                        int64_t bytes)
+/* mirror_state_clean() and mirror_state_clean_zero(); @data: the range
+ * was copied as data. */
+static void mirror_state_clean_range(MirrorState *st, DirtyBitmap *dirty,
+                                     int64_t offset, int64_t bytes,
+                                     bool data)
 {
     int64_t pos, end;
 
     if (!st) {
         return;
+    }
+    if (data) {
+        st->pending_data += bytes;
     }
     mirror_state_granules(st, offset, bytes, &pos, &end);
     while (pos < end) {
@@ -537,6 +544,18 @@ void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
         }
         pos = dirty_bitmap_next_clean(dirty, stop, end - stop);
     }
+}
+
+void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
+                        int64_t bytes)
+{
+    mirror_state_clean_range(st, dirty, offset, bytes, true);
+}
+
+void mirror_state_clean_zero(MirrorState *st, DirtyBitmap *dirty,
+                             int64_t offset, int64_t bytes)
+{
+    mirror_state_clean_range(st, dirty, offset, bytes, false);
 }
 
 /* [start, end) is not good any more, nor about to be. */
@@ -632,6 +651,7 @@ void mirror_state_flush_begin(MirrorState *st)
     }
     mirror_extents_union(&st->flushing, &st->pending);
     mirror_extents_clear(&st->pending);
+    st->pending_data = 0;
 }
 
 void mirror_state_flush_end(MirrorState *st, int ret)
@@ -677,7 +697,7 @@ int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns)
     if (!st->pending.bytes) {
         return -1;
     }
-    if (st->pending.bytes >= MIRROR_STATE_FLUSH_BYTES) {
+    if (st->pending_data >= MIRROR_STATE_FLUSH_BYTES) {
         return 0;
     }
     at = st->pending_since_ns + MIRROR_STATE_FLUSH_NS;

@@ -47,8 +47,8 @@
 
 typedef struct MirrorState MirrorState;
 
-/* A flush is due after this many bytes were made clean since the last
- * one began ... */
+/* A flush is due after this many bytes of data were copied (zeroes and
+ * skips, cheap to do again, do not count) since the last one began ... */
 #define MIRROR_STATE_FLUSH_BYTES    (64 * 1024 * 1024)
 /* ... or this long after the first of them, whichever comes first. */
 #define MIRROR_STATE_FLUSH_NS       (2 * 1000000000LL)
@@ -119,6 +119,11 @@ int64_t mirror_state_good_bytes(MirrorState *st);
  * known good. */
 void mirror_state_clean(MirrorState *st, DirtyBitmap *dirty, int64_t offset,
                         int64_t bytes);
+
+/* The same for a range zeroed or skipped, not copied as data: it does not
+ * count towards MIRROR_STATE_FLUSH_BYTES. */
+void mirror_state_clean_zero(MirrorState *st, DirtyBitmap *dirty,
+                             int64_t offset, int64_t bytes);
 
 /* [offset, offset + bytes) is dirty again: not known good any more. */
 void mirror_state_dirtied(MirrorState *st, int64_t offset, int64_t bytes);

@@ -135,19 +135,43 @@ static int64_t mirror_status_extents_valid(MirrorStatus *st, GArray *ext)
     return keep;
 }
 
+/* Append the read-ahead answer @ext to the cache, dropping the extents
+ * behind the last lookup to make room. */
+static void mirror_status_append(MirrorStatus *st, GArray *ext)
+{
+    guint room;
+
+    g_array_remove_range(st->extents, 0, st->idx);
+    st->idx = 0;
+    st->start = g_array_index(st->extents, BlockExtent, 0).offset;
+    room = MIRROR_STATUS_MAX_EXTENTS - MIN(st->extents->len,
+                                           MIRROR_STATUS_MAX_EXTENTS);
+    for (guint i = 0; i < MIN(ext->len, room); i++) {
+        const BlockExtent *e = &g_array_index(ext, BlockExtent, i);
+
+        g_array_append_val(st->extents, *e);
+        st->end += e->length;
+    }
+}
+
 static void mirror_status_done(void *opaque, int ret)
 {
     MirrorStatus *st = opaque;
     GArray *ext = st->fetched_extents;
+    bool ahead;
     int64_t keep;
 
     st->fetched_extents = NULL;
     st->pending = false;
+    /* A read-ahead: the cache still ends where this answer begins. */
+    ahead = st->extents && st->extents->len && st->end == st->fetch_offset;
     keep = mirror_status_extents_valid(st, ext);
     if (keep == 0 && ext->len) {
         /* A write landed while we asked: the answer may predate it. */
         g_array_unref(ext);
-        mirror_status_invalidate(st);
+        if (!ahead) {
+            mirror_status_invalidate(st);
+        }
         st->fetched(st->opaque);
         return;
     }
@@ -162,6 +186,12 @@ static void mirror_status_done(void *opaque, int ret)
         g_array_append_val(ext, e);
     } else if (ext->len > MIN(keep, MIRROR_STATUS_MAX_EXTENTS)) {
         g_array_set_size(ext, MIN(keep, MIRROR_STATUS_MAX_EXTENTS));
+    }
+    if (ahead && ext->len) {
+        mirror_status_append(st, ext);
+        g_array_unref(ext);
+        st->fetched(st->opaque);
+        return;
     }
     if (st->extents) {
         g_array_unref(st->extents);
@@ -185,6 +215,16 @@ void mirror_status_fetch(MirrorStatus *st, int64_t offset)
     bdrv_aio_block_status(st->src, offset,
                           MIN(MIRROR_STATUS_WINDOW, st->len - offset),
                           st->fetched_extents, mirror_status_done, st);
+}
+
+void mirror_status_read_ahead(MirrorStatus *st)
+{
+    GArray *ext = st->extents;
+
+    if (!st->pending && ext && ext->len && st->end < st->len &&
+        (ext->len - st->idx) <= ext->len / 2 + 1) {
+        mirror_status_fetch(st, st->end);
+    }
 }
 
 bool mirror_status_pending(const MirrorStatus *st)

@@ -90,6 +90,14 @@ const BlockExtent *mirror_status_lookup(MirrorStatus *st, int64_t offset);
  * none may be pending. */
 void mirror_status_fetch(MirrorStatus *st, int64_t offset);
 
+/*
+ * Once the lookups have passed half of the cached extents (or the last
+ * one), ask for the status after the cache (unless a fetch is pending or
+ * the cache reaches the end): its answer is appended, so that the job
+ * never waits for a window's status while it has work before it.
+ */
+void mirror_status_read_ahead(MirrorStatus *st);
+
 /* Is a fetch in flight? */
 bool mirror_status_pending(const MirrorStatus *st);
 

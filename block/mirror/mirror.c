@@ -108,7 +108,6 @@ static bool mirror_can_issue(MirrorJob *s)
            !job_is_cancelled(&s->common) &&
            !mirror_active_has_waiting(&s->active) &&
            !job_should_pause(&s->common) &&
-           !mirror_status_pending(&s->status) &&
            !s->rate_timer && mirror_window_has_room(&s->win) &&
            !s->flush.in_flight;
 }

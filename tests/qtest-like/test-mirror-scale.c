@@ -424,6 +424,13 @@ static void test_scale_state_file(void)
                      2 * extents / 1024);
     g_assert_cmpuint(r.src_st.requests[NULL_OP_READ], ==, extents);
     g_assert_cmpuint(r.dst_st.requests[NULL_OP_WRITE], ==, extents);
+    /*
+     * A flush per 64 MiB of data copied (1 GiB here) and per 2 s, not
+     * per extent: zeroes and skips do not count towards the 64 MiB.
+     * The bound leaves 120 s for the timer on a slow build.
+     */
+    g_assert_cmpuint(r.dst_st.requests[NULL_OP_FLUSH], <=,
+                     extents * 64 * KiB / MIRROR_STATE_FLUSH_BYTES + 60 + 2);
     g_assert_cmpuint(r.stats.tracking_visits, <=,
                      SCALE_VISITS_PER_OP * 2 * extents);
     g_assert_cmpint(r.stats.tracking_bytes_peak, <, SCALE_SPARSE_PEAK);
@@ -431,6 +438,48 @@ static void test_scale_state_file(void)
     scale_free(&r);
     mirror_state_free(st);
     test_scratch_free(dir);
+}
+
+/*
+ * Block status is read ahead: once the job has passed half of what it
+ * knows, it asks for the next extents while it goes on copying, so reads
+ * start while a status request is in flight (every request of the source
+ * takes 1 ms); a job that waits for each answer starts none then.
+ */
+static void test_scale_status_read_ahead(void)
+{
+    const char *src = "null:size=1T,extents=sparse:64K:256M,"
+                      "latency-ns=1000000,record=on";
+    const char *dst = "null:size=1T";
+    GArray *rec;
+    uint64_t statuses = 0, overlapped = 0;
+    ScaleRun r;
+
+    scale_run(&r, src, dst, true, 2 * 4096);
+    rec = null_get_records(r.src);
+    for (guint i = 0; i < rec->len; i++) {
+        const NullRecord *st = &g_array_index(rec, NullRecord, i);
+
+        if (st->op != NULL_OP_STATUS) {
+            continue;
+        }
+        statuses++;
+        for (guint j = i + 1; j < rec->len; j++) {
+            const NullRecord *rd = &g_array_index(rec, NullRecord, j);
+
+            if (rd->start_ns >= st->end_ns) {
+                break;
+            }
+            if (rd->op == NULL_OP_READ) {
+                overlapped++;
+                break;
+            }
+        }
+    }
+    /* 8192 extents, 1024 an answer: 8; all but the first overlapped. */
+    g_assert_cmpuint(statuses, ==, 8);
+    g_assert_cmpuint(overlapped, ==, statuses - 1);
+    scale_free(&r);
 }
 
 int main(int argc, char **argv)
@@ -447,5 +496,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/scale/writes-while-asking",
                     test_scale_writes_while_asking);
     g_test_add_func("/mirror/scale/state-file", test_scale_state_file);
+    g_test_add_func("/mirror/scale/status-read-ahead",
+                    test_scale_status_read_ahead);
     return g_test_run();
 }
