@@ -4,7 +4,7 @@
 # 1 TiB and a 64 TiB qcow2 image with the same three pieces of data make
 # about as many write calls (the thread pool signals each request it
 # completes with one; block status answered a run of L1 entries without
-# an L2 table one cluster at a time, in 128 GiB requests: 3000 calls at
+# an L2 table one cluster at a time, in 64 GiB requests: 3000 calls at
 # 64 TiB), and check reads the same number of times.  The bytes are
 # checked too: map against qemu-img map (empty, sparse, over a backing
 # file), compare's verdicts against qemu-img compare's.
