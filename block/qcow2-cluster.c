@@ -16,10 +16,10 @@
 #include <errno.h>
 #include <inttypes.h>
 
-/* How much one block status call looks at, at most. */
+/* How much one block status call looks at, at most: L2 tables (a run of
+ * L1 entries without one costs no table), extents. */
 #define QCOW2_STATUS_MAX_TABLES     256
 #define QCOW2_STATUS_MAX_EXTENTS    1024
-#define QCOW2_STATUS_BATCH          4096    /* entries looked up at once */
 
 int qcow2_l2_lookup(BDRVQcow2State *s, int64_t offset, int64_t max,
                     uint64_t *entries, int64_t *n)
@@ -266,25 +266,77 @@ static uint64_t qcow2_zero_entry(BDRVQcow2State *s, uint64_t e,
 }
 
 /*
+ * The first L1 index in [@l1_idx, @limit) whose entry has an L2 table, or
+ * @limit.  Lock held.
+ */
+static int64_t qcow2_next_l2_table(const BDRVQcow2State *s, int64_t l1_idx,
+                                   int64_t limit)
+{
+    int64_t i = l1_idx;
+
+    while (i < limit && !(s->l1[i] & L1E_OFFSET_MASK)) {
+        i++;
+    }
+    return i;
+}
+
+/*
+ * How many bytes from @offset (cluster aligned), at most @bytes, lie under
+ * L1 entries without an L2 table: 0 when the L1 entry of @offset has one.
+ * Lock held.
+ */
+static int64_t qcow2_bytes_without_table(const BDRVQcow2State *s,
+                                         int64_t offset, int64_t bytes)
+{
+    int64_t l1_idx = (offset >> s->cluster_bits) >> s->l2_bits;
+    int64_t last = ((offset + bytes - 1) >> s->cluster_bits) >> s->l2_bits;
+    int64_t next = qcow2_next_l2_table(s, l1_idx, last + 1);
+
+    if (next == l1_idx) {
+        return 0;
+    }
+    return MIN(((next << s->l2_bits) << s->cluster_bits) - offset, bytes);
+}
+
+/*
  * Zero or discard whole clusters from @offset (cluster aligned), at most
- * @bytes and within one L2 table.  Returns the bytes handled or -errno.
+ * @bytes and within one L2 table, or, without a backing file, over the
+ * run of L1 entries without an L2 table from @offset, which reads as zero
+ * and stays as it is.  Returns the bytes handled or -errno.
  */
 static int64_t qcow2_zero_clusters(BDRVQcow2State *s, int64_t offset,
                                    int64_t bytes, BdrvRequestFlags flags,
                                    bool discard)
 {
-    int64_t max = DIV_ROUND_UP(bytes, s->cluster_size);
-    g_autofree uint64_t *old = g_new(uint64_t, MIN(max,
-                                     INT64_C(1) << s->l2_bits));
+    int64_t max = MIN(DIV_ROUND_UP(bytes, s->cluster_size),
+                      INT64_C(1) << s->l2_bits);
+    g_autofree uint64_t *old = NULL;
     g_autofree uint64_t *new = NULL;
     bool changed = false;
     int64_t n;
     int ret;
 
-    ret = qcow2_lock_lookup(s, offset, bytes, max, old, &n);
+    g_mutex_lock(&s->lock);
+    if (s->corrupt) {
+        g_mutex_unlock(&s->lock);
+        return -EIO;
+    }
+    qcow2_wait_allocs(s, offset, bytes);
+    if (!s->backing) {
+        int64_t none = qcow2_bytes_without_table(s, offset, bytes);
+
+        if (none > 0) {
+            g_mutex_unlock(&s->lock);
+            return none;
+        }
+    }
+    old = g_new(uint64_t, max);
+    ret = qcow2_l2_lookup(s, offset, max, old, &n);
     if (ret < 0) {
+        g_mutex_unlock(&s->lock);
         return ret;
     }
+    s->zero_l2_entries += n;
     new = g_new(uint64_t, n);
     for (int64_t i = 0; i < n; i++) {
         bool drop;
@@ -426,21 +478,6 @@ static int qcow2_unallocated_status(BDRVQcow2State *s, int64_t offset,
     return 0;
 }
 
-/* Look up, and check, the entries of the clusters from @pos. */
-static int qcow2_status_lookup(BDRVQcow2State *s, int64_t pos, int64_t max,
-                               uint64_t *entries, int64_t *hosts, int64_t *n)
-{
-    int ret;
-
-    g_mutex_lock(&s->lock);
-    ret = s->corrupt ? -EIO : qcow2_l2_lookup(s, pos, max, entries, n);
-    for (int64_t i = 0; ret == 0 && i < *n; i++) {
-        ret = qcow2_entry_host(s, entries[i], &hosts[i]);
-    }
-    g_mutex_unlock(&s->lock);
-    return ret;
-}
-
 /* The status of an allocated cluster of each type; 0: unallocated. */
 static const unsigned qcow2_cluster_status[] = {
     [QCOW2_CLUSTER_UNALLOCATED] = 0,
@@ -453,56 +490,130 @@ static const unsigned qcow2_cluster_status[] = {
                                  BDRV_BLOCK_COMPRESSED,
 };
 
+/* A run of guest clusters that block status reports alike. */
+typedef struct Qcow2StatusRun {
+    int64_t start;              /* guest offset, cluster aligned */
+    int64_t end;                /* past its last cluster */
+    unsigned flags;             /* qcow2_cluster_status[]; 0: unallocated */
+    int64_t host;               /* of @start, with BDRV_BLOCK_OFFSET_VALID */
+} Qcow2StatusRun;
+
+/* Add the guest clusters [@start, @start + @len) to @runs: they extend
+ * the last run when alike (and, with an offset, contiguous on the host). */
+static void qcow2_status_run_add(GArray *runs, int64_t start, int64_t len,
+                                 unsigned flags, int64_t host)
+{
+    Qcow2StatusRun r = { start, start + len, flags, host };
+
+    if (runs->len) {
+        Qcow2StatusRun *last = &g_array_index(runs, Qcow2StatusRun,
+                                              runs->len - 1);
+
+        if (last->end == start && last->flags == flags &&
+            (!(flags & BDRV_BLOCK_OFFSET_VALID) ||
+             last->host + (start - last->start) == host)) {
+            last->end += len;
+            return;
+        }
+    }
+    g_array_append_val(runs, r);
+}
+
+/*
+ * The runs of the clusters from the one holding @pos to the one holding
+ * @end - 1: when the L1 entry of @pos has no L2 table, one unallocated
+ * run over it and every following L1 entry without one (no cluster is
+ * looked at); else the runs of its L2 table, each entry checked.
+ * *@table says whether an L2 table was looked at.  Lock held.
+ */
+static int qcow2_status_runs(BDRVQcow2State *s, int64_t pos, int64_t end,
+                             GArray *runs, bool *table)
+{
+    int64_t cs = s->cluster_size;
+    int64_t gc = pos >> s->cluster_bits;
+    int64_t last = (end - 1) >> s->cluster_bits;
+    int64_t l1_idx = gc >> s->l2_bits;
+    int64_t l2_idx = gc & ((INT64_C(1) << s->l2_bits) - 1);
+    int64_t n = MIN((INT64_C(1) << s->l2_bits) - l2_idx, last - gc + 1);
+    Qcow2CacheEntry *e;
+    int ret = 0;
+
+    *table = (s->l1[l1_idx] & L1E_OFFSET_MASK) != 0;
+    if (!*table) {
+        int64_t next = qcow2_next_l2_table(s, l1_idx + 1,
+                                           (last >> s->l2_bits) + 1);
+        int64_t next_gc = MIN(next << s->l2_bits, last + 1);
+
+        s->status_l1_entries += next - l1_idx + (next <= last >> s->l2_bits);
+        qcow2_status_run_add(runs, gc << s->cluster_bits,
+                             (next_gc - gc) << s->cluster_bits, 0, 0);
+        return 0;
+    }
+    s->status_l1_entries++;
+    ret = qcow2_cache_get(s, s->l2_cache, s->l1[l1_idx] & L1E_OFFSET_MASK,
+                          false, &e);
+    if (ret < 0) {
+        return ret;
+    }
+    s->status_l2_entries += n;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t entry = qcow2_be64(e->data + (l2_idx + i) * 8);
+        int64_t host = 0;
+
+        /* An unallocated entry is 0, unless it has stray flags. */
+        if (entry) {
+            ret = qcow2_entry_host(s, entry, &host);
+            if (ret < 0) {
+                break;
+            }
+        }
+        qcow2_status_run_add(runs, (gc + i) << s->cluster_bits, cs,
+                             qcow2_cluster_status[qcow2_l2_type(entry)],
+                             host);
+    }
+    qcow2_cache_put(e);
+    return ret;
+}
+
 int qcow2_do_block_status(BDRVQcow2State *s, int64_t offset, int64_t bytes,
                           GArray *out)
 {
-    int64_t cs = s->cluster_size;
     int64_t end = MIN(offset + bytes, s->size);
-    int64_t batch = MIN(INT64_C(1) << s->l2_bits, QCOW2_STATUS_BATCH);
-    g_autofree uint64_t *entries = g_new(uint64_t, batch);
-    g_autofree int64_t *hosts = g_new(int64_t, batch);
+    g_autoptr(GArray) runs = g_array_new(FALSE, FALSE,
+                                         sizeof(Qcow2StatusRun));
     int64_t pos = offset;
     guint first = out->len;
+    int tables = 0;
 
-    for (int t = 0; pos < end && t < QCOW2_STATUS_MAX_TABLES &&
-                    out->len - first < QCOW2_STATUS_MAX_EXTENTS; t++) {
-        int64_t base = qcow2_cluster_start(s, pos);
-        int64_t n;
-        int ret = qcow2_status_lookup(s, pos,
-                                      MIN(DIV_ROUND_UP(end - base, cs), batch),
-                                      entries, hosts, &n);
+    while (pos < end && tables < QCOW2_STATUS_MAX_TABLES &&
+           out->len - first < QCOW2_STATUS_MAX_EXTENTS) {
+        bool table = false;
+        int ret;
 
+        g_array_set_size(runs, 0);
+        g_mutex_lock(&s->lock);
+        ret = s->corrupt ? -EIO
+                         : qcow2_status_runs(s, pos, end, runs, &table);
+        g_mutex_unlock(&s->lock);
         if (ret < 0) {
             return ret;
         }
-        for (int64_t i = 0; i < n && pos < end; i++) {
-            int64_t cstart = base + i * cs;
-            int64_t cend = MIN(cstart + cs, end);
-            int64_t in = pos - cstart;
-            unsigned flags = qcow2_cluster_status[qcow2_l2_type(entries[i])];
+        tables += table;
+        /* The backing chain is asked with the lock dropped. */
+        for (guint i = 0; i < runs->len; i++) {
+            Qcow2StatusRun *r = &g_array_index(runs, Qcow2StatusRun, i);
+            int64_t rend = MIN(r->end, end);
 
-            if (flags) {
-                qcow2_extent_append(out, pos, cend - pos, flags, 0,
-                                    flags & BDRV_BLOCK_OFFSET_VALID
-                                    ? hosts[i] + in : 0);
+            if (r->flags) {
+                qcow2_extent_append(out, pos, rend - pos, r->flags, 0,
+                                    r->host + (pos - r->start));
             } else {
-                /* Unallocated: the run of them in one go. */
-                int64_t j = i;
-
-                while (j + 1 < n &&
-                       qcow2_l2_type(entries[j + 1]) ==
-                       QCOW2_CLUSTER_UNALLOCATED &&
-                       base + (j + 1) * cs < end) {
-                    j++;
-                }
-                cend = MIN(base + (j + 1) * cs, end);
-                ret = qcow2_unallocated_status(s, pos, cend - pos, out);
+                ret = qcow2_unallocated_status(s, pos, rend - pos, out);
                 if (ret < 0) {
                     return ret;
                 }
-                i = j;
             }
-            pos = cend;
+            pos = rend;
         }
     }
     return 0;

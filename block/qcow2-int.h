@@ -336,6 +336,12 @@ struct BDRVQcow2State {
 
     Qcow2Backing *backing;      /* or NULL */
 
+    /* Counters for tests (under @lock): the L1 and L2 entries block status
+     * has looked at, the L2 entries write-zeroes and discard have. */
+    int64_t status_l1_entries;
+    int64_t status_l2_entries;
+    int64_t zero_l2_entries;
+
     /* Test instrumentation (atomics): data transfers in flight. */
     gint data_io_in_flight;
     gint max_data_io_in_flight;

@@ -38,7 +38,6 @@
 #define QCOW2_MAX_CACHE_BYTES       INT32_MAX
 
 #define QCOW2_MAX_TRANSFER          (64 * MiB)
-#define QCOW2_MAX_ZERO              (256 * MiB)
 
 /* ---- Opening one layer ---- */
 
@@ -508,8 +507,10 @@ static void qcow2_refresh_limits(BlockDriverState *bs, BlockLimits *bl)
 
     bl->request_alignment = 1;
     bl->max_transfer = QCOW2_MAX_TRANSFER;
-    bl->max_pwrite_zeroes = QCOW2_MAX_ZERO;
-    bl->max_pdiscard = QCOW2_MAX_ZERO;
+    /* No limit: zeroing and discard walk one L2 table at a time (a run of
+     * L1 entries without one at once), taking the lock for each. */
+    bl->max_pwrite_zeroes = 0;
+    bl->max_pdiscard = 0;
     bl->opt_transfer = s->cluster_size;
 }
 
@@ -681,6 +682,9 @@ void qcow2_get_stats(BlockDriverState *bs, Qcow2Stats *st)
     st->reftable_offset = s->reftable_offset;
     st->reftable_clusters = s->reftable_clusters;
     st->corrupt = s->corrupt;
+    st->status_l1_entries = s->status_l1_entries;
+    st->status_l2_entries = s->status_l2_entries;
+    st->zero_l2_entries = s->zero_l2_entries;
     g_mutex_unlock(&s->lock);
 }
 

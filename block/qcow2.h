@@ -56,6 +56,9 @@ typedef struct Qcow2Stats {
     int64_t reftable_offset;
     int64_t reftable_clusters;
     bool corrupt;
+    int64_t status_l1_entries;  /* L1 entries block status looked at */
+    int64_t status_l2_entries;  /* L2 entries block status looked at */
+    int64_t zero_l2_entries;    /* L2 entries zeroing/discard looked at */
 } Qcow2Stats;
 
 void qcow2_get_stats(BlockDriverState *bs, Qcow2Stats *st);
