@@ -61,6 +61,7 @@ struct MirrorState {
     GArray *held;               /* MirrorExtent, one per gated guest write */
     int64_t pending_since_ns;   /* when @pending became non-empty */
     int64_t pending_data;       /* bytes of data copied into @pending */
+    int64_t flush_begun_ns;     /* when the last flush began */
     MirrorExtents hot;
     MirrorExtents hot_old;
     MirrorExtents parked;
@@ -652,6 +653,7 @@ void mirror_state_flush_begin(MirrorState *st)
     mirror_extents_union(&st->flushing, &st->pending);
     mirror_extents_clear(&st->pending);
     st->pending_data = 0;
+    st->flush_begun_ns = clock_ns();
 }
 
 void mirror_state_flush_end(MirrorState *st, int ret)
@@ -701,6 +703,9 @@ int64_t mirror_state_flush_due(MirrorState *st, int64_t now_ns)
         return 0;
     }
     at = st->pending_since_ns + MIRROR_STATE_FLUSH_NS;
+    if (st->pending.bytes >= MIRROR_STATE_FLUSH_BYTES) {
+        at = MIN(at, st->flush_begun_ns + MIRROR_STATE_ZERO_FLUSH_NS);
+    }
     return at <= now_ns ? 0 : at - now_ns;
 }
 

@@ -47,11 +47,17 @@
 
 typedef struct MirrorState MirrorState;
 
-/* A flush is due after this many bytes of data were copied (zeroes and
- * skips, cheap to do again, do not count) since the last one began ... */
+/* A flush is due after this many bytes of data were copied since the
+ * last one began ... */
 #define MIRROR_STATE_FLUSH_BYTES    (64 * 1024 * 1024)
-/* ... or this long after the first of them, whichever comes first. */
+/* ... or this long after the first range became clean, whichever comes
+ * first ... */
 #define MIRROR_STATE_FLUSH_NS       (2 * 1000000000LL)
+/* ... or, once as many bytes were made clean by zeroing or skipping
+ * (cheap to redo), this long after the last flush began: on a thin disk
+ * whose data is scattered between large holes, a flush per 64 MiB made
+ * clean was a flush and a state-file write per extent. */
+#define MIRROR_STATE_ZERO_FLUSH_NS  (100 * 1000000LL)
 /* A granule a guest wrote becomes known good again only once no guest
  * wrote it for between one and two of these. */
 #define MIRROR_STATE_HOT_NS         (10 * 1000000000LL)
