@@ -117,6 +117,10 @@ static void mirror_active_target_done(void *opaque, int ret)
     MirrorActiveOp *op = opaque;
     MirrorActive *a = op->a;
 
+    /* Data may have landed, even from a write that failed. */
+    if (op->kind == MIRROR_WRITE_DATA) {
+        mirror_zero_written(&a->track->zero, op->start, op->end - op->start);
+    }
     if (ret < 0) {
         dirty_bitmap_set(a->track->dirty, op->start, op->end - op->start);
         a->synced = false;
@@ -124,10 +128,6 @@ static void mirror_active_target_done(void *opaque, int ret)
     } else {
         /* Acknowledged, not yet flushed (mirror-track.h). */
         mirror_extents_add(&a->track->unflushed, op->start, op->end);
-        if (op->kind == MIRROR_WRITE_DATA) {
-            mirror_zero_written(&a->track->zero, op->start,
-                                op->end - op->start);
-        }
         mirror_state_clean(a->track->state, a->track->dirty, op->start,
                            op->end - op->start);
     }

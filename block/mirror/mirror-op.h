@@ -28,8 +28,10 @@
  * file's fallocate) gets them; the block layer splits it for the
  * target's limit.  The zeroes in flight together stay within
  * MIRROR_MAX_ZERO_IN_FLIGHT (several of the largest, which keeps several
- * of the target's requests going), and in write-blocking mode one covers
- * at most MIRROR_ACTIVE_MAX_ZERO_BYTES (what guests may wait for).
+ * of the target's requests going).  Where guests write (write-blocking
+ * mode, or a mirror-top filter: an export, whose job QMP or auto-converge
+ * may switch to write-blocking while large zeroes are in flight) one
+ * covers at most MIRROR_ACTIVE_MAX_ZERO_BYTES, what a guest may wait for.
  */
 #define MIRROR_MAX_ZERO_BYTES           (64 * GiB)
 #define MIRROR_MAX_ZERO_IN_FLIGHT       (256 * GiB)

@@ -59,8 +59,10 @@ static int64_t mirror_zero_cap(MirrorJob *s)
 {
     int64_t room = MIRROR_MAX_ZERO_IN_FLIGHT - mirror_ops_zero_in_flight(s);
 
-    return MIN(room, s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING
-                     ? MIRROR_ACTIVE_MAX_ZERO_BYTES : MIRROR_MAX_ZERO_BYTES);
+    bool guests = s->copy_mode == MIRROR_COPY_MODE_WRITE_BLOCKING || s->top;
+
+    return MIN(room, guests ? MIRROR_ACTIVE_MAX_ZERO_BYTES
+                            : MIRROR_MAX_ZERO_BYTES);
 }
 
 /*

@@ -277,10 +277,10 @@ static void mirror_status_drop_stale(MirrorStatus *st, int64_t offset,
 
 void mirror_status_written(MirrorStatus *st, int64_t offset, int64_t bytes)
 {
-    /* Guests keep writing during a live mirror: dropping the window for
-     * each write would re-read the status of the whole window (on tmpfs
-     * that walks every page) after every write, so only writes over
-     * extents that do not copy drop it. */
+    /* Guests keep writing during a live mirror: dropping the cache for
+     * each write would re-read the status of the rest of the disk (on
+     * tmpfs that walks every page) after every write, so only writes over
+     * extents that do not copy cut it (mirror_status_drop_stale()). */
     if (offset < st->end && st->start < offset + bytes) {
         mirror_status_drop_stale(st, offset, bytes);
     }
