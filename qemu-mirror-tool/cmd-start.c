@@ -48,6 +48,8 @@ typedef struct StartOptions {
     char *converge_passes;
     char *stall_warning;
     char *state_file;
+    char *guest_priority;
+    char *min_copy_rate;
     gboolean auto_converge;
     gboolean qmp_wait;
     gboolean target_is_zero;
@@ -65,7 +67,7 @@ static void start_options_clear(StartOptions *o)
         &o->on_source_error, &o->on_target_error, &o->copy_mode, &o->qmp,
         &o->job_id, &o->connections, &o->export_addr, &o->export_name,
         &o->converge_after, &o->converge_passes, &o->stall_warning,
-        &o->state_file,
+        &o->state_file, &o->guest_priority, &o->min_copy_rate,
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(strs); i++) {
@@ -94,7 +96,8 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
                         int64_t *stall_warning, GHashTable *nbd_opts)
 {
     g_autoptr(GError) err = NULL;
-    int sync, on_source, on_target, copy_mode;
+    static const char *const on_off[] = { "on", "off", NULL };
+    int sync, on_source, on_target, copy_mode, guest;
     int64_t in_flight, passes;
 
     mirror_params_init(p);
@@ -159,6 +162,17 @@ static bool start_parse(StartOptions *o, MirrorParams *p,
          */
         g_hash_table_insert(nbd_opts, g_strdup("connections"),
                             g_strdup("1"));
+    }
+    guest = p->guest_priority ? 0 : 1;
+    if (!tool_parse_choice("--guest-priority", o->guest_priority, on_off,
+                           &guest)) {
+        return false;
+    }
+    p->guest_priority = guest == 0;
+    if (o->min_copy_rate &&
+        !parse_size_range("--min-copy-rate", o->min_copy_rate, 1, INT64_MAX,
+                          false, &p->min_copy_rate, &err)) {
+        goto out_err;
     }
     p->auto_converge = o->auto_converge;
     /* The ranges are mirror_check_converge_*()'s, as in QMP. */
@@ -384,6 +398,13 @@ int cmd_start(int argc, char **argv)
         { "auto-converge-passes", 0, 0, G_OPTION_ARG_STRING,
           &o.converge_passes,
           "... or after N passes over the disk still left work", "N" },
+        { "guest-priority", 0, 0, G_OPTION_ARG_STRING, &o.guest_priority,
+          "on (default): the export's guests go first, and the job shrinks "
+          "its window while their latency is above what it is without the "
+          "job; off: they share the queues alike", "on|off" },
+        { "min-copy-rate", 0, 0, G_OPTION_ARG_STRING, &o.min_copy_rate,
+          "however busy the guests, the job's window shrinks only while it "
+          "copies at least RATE bytes per second (default 128M)", "RATE" },
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,

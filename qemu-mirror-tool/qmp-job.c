@@ -113,6 +113,15 @@ JsonNode *qmp_job_block_info(Job *job)
         if (st.known_good_bytes >= 0) {         /* --state-file */
             add_int(b, "known-good-bytes", st.known_good_bytes);
         }
+        /* Ours: guest-first (docs/architecture.md), the guests as the
+         * job sees them and the job's window now. */
+        add_bool(b, "guest-priority", st.guest_priority);
+        add_int(b, "guest-requests", (int64_t)st.guest_requests);
+        add_int(b, "guest-request-rate", (int64_t)st.guest_request_rate);
+        add_int(b, "guest-rate", (int64_t)st.guest_byte_rate);
+        add_int(b, "guest-latency-ns", st.guest_latency_ns);
+        add_int(b, "guest-base-latency-ns", st.guest_base_latency_ns);
+        add_int(b, "window-bytes", st.window_bytes);
     } else {
         add_str(b, "io-status", "ok");
     }

@@ -17,12 +17,13 @@
 /* The JobDriver of mirror jobs. */
 extern const JobDriver mirror_job_driver;
 
-/* The core as the owner of the planner, the operations, auto-converge
- * and the active path. */
+/* The core as the owner of the planner, the operations, auto-converge,
+ * the active path and guest-first. */
 extern const MirrorPlanOwner mirror_plan_owner;
 extern const MirrorOpOwner mirror_op_owner;
 extern const MirrorConvergeOwner mirror_converge_owner;
 extern const MirrorActiveOwner mirror_active_owner;
+extern const MirrorGuestOwner mirror_guest_owner;
 
 /* Start operations until a limit is reached, then see whether the job
  * changes state.  Every completion calls it (through the owner tables);

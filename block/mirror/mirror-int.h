@@ -13,6 +13,8 @@
  *   mirror-sparse.h    zero runs inside data (convert -S)
  *   mirror-active.h    write-blocking mode (MirrorActiveOwner)
  *   mirror-converge.h  auto-converge (MirrorConvergeOwner)
+ *   mirror-guest.h     guest-first: the window follows the guests'
+ *                      latency (MirrorGuestOwner)
  *   mirror-link.h      the nodes' reconnects (events, flush again)
  *   mirror-track.h     the job's bitmaps, shared through their own APIs
  * The engine, which includes this header: the core (mirror.c: the pump,
@@ -37,6 +39,7 @@
 #include "block/mirror/mirror-converge.h"
 #include "block/mirror/mirror-link.h"
 #include "block/mirror/mirror-copy.h"
+#include "block/mirror/mirror-guest.h"
 #include "block/mirror/mirror-op.h"
 #include "block/mirror/mirror-plan-state.h"
 #include "block/mirror/mirror-sparse.h"
@@ -116,6 +119,7 @@ struct MirrorJob {
     MirrorActive active;        /* mirror-active.c */
     MirrorConverge converge;    /* mirror-converge.c */
     MirrorLink link;            /* mirror-link.c */
+    MirrorGuest guest;          /* mirror-guest.c */
 
     /* The core (mirror.c). */
     MirrorCopyMode copy_mode;

@@ -17,6 +17,8 @@ void mirror_params_init(MirrorParams *p)
         .copy_mode = MIRROR_COPY_MODE_BACKGROUND,
         .on_source_error = BLOCKDEV_ON_ERROR_REPORT,
         .on_target_error = BLOCKDEV_ON_ERROR_REPORT,
+        .guest_priority = true,
+        .min_copy_rate = MIRROR_DEFAULT_MIN_COPY_RATE,
     };
 }
 
@@ -210,6 +212,9 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
                        &s->track, &s->status, &mirror_active_owner, s);
     mirror_converge_init(&s->converge, p->auto_converge, p->auto_converge_ms,
                          p->auto_converge_passes, &mirror_converge_owner, s);
+    mirror_guest_init(&s->guest, p->guest_priority, p->min_copy_rate,
+                      s->cfg.granularity, mirror_window_buf_size(&s->win),
+                      &mirror_guest_owner, s, clock_ns());
     s->common.speed = p->speed;
     ratelimit_set_speed(&s->limit, p->speed, RATELIMIT_SLICE_NS);
     return &s->common;

@@ -6,6 +6,7 @@
  */
 #include "block/block-int.h"
 #include "block/mirror/mirror-top.h"
+#include "util/cutils.h"
 
 #include <errno.h>
 
@@ -21,6 +22,12 @@ typedef struct TopState {
     void *drained_opaque;
     GSource *drained_source;
 } TopState;
+
+/* Each request's own state (bdrv_req_priv()). */
+typedef struct TopRequest {
+    bool timed;                 /* counted by the owner's guest_begin */
+    int64_t start_ns;           /* ... which returned this */
+} TopRequest;
 
 static void top_check_drained(TopState *s);
 
@@ -54,8 +61,14 @@ static void top_request_done(void *opaque, int ret)
     BdrvRequest *r = opaque;
     TopState *s = r->bs->opaque;
 
+    TopRequest *tr = bdrv_req_priv(r);
+
     if (top_write_kind(r->op) >= 0) {
         mirror_state_guest_done(s->state, r->offset, r->bytes);
+    }
+    if (tr->timed && s->job) {
+        s->job->guest_done(s->job_opaque, tr->start_ns, clock_ns(),
+                           r->bytes);
     }
     s->in_flight--;
     top_check_drained(s);
@@ -123,6 +136,14 @@ static void top_dispatch(BdrvRequest *r)
 static void top_submit(BlockDriverState *top, BdrvRequest *r)
 {
     TopState *s = top->opaque;
+    TopRequest *tr = bdrv_req_priv(r);
+
+    /* Held while drained counts too: the guest waits all the same. */
+    if (s->job) {
+        tr->timed = true;
+        tr->start_ns = clock_ns();
+        s->job->guest_begin(s->job_opaque, tr->start_ns);
+    }
 
     if (s->drain_count) {
         g_queue_push_tail(&s->held, r);
@@ -177,6 +198,7 @@ static bool top_get_info(BlockDriverState *bs, BlockImageInfo *info,
 static const BlockDriver bdrv_mirror_top = {
     .format_name        = "mirror-top",
     .instance_size      = sizeof(TopState),
+    .request_size       = sizeof(TopRequest),
     .close              = top_close,
     .get_length         = top_get_length,
     .refresh_limits     = top_refresh_limits,

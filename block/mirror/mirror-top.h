@@ -39,6 +39,16 @@ typedef struct MirrorTopOwner {
     void (*write)(void *opaque, MirrorWriteKind kind, int64_t offset,
                   int64_t bytes, const void *buf, BdrvRequestFlags flags,
                   BlockCompletionFunc *cb, void *cb_opaque);
+    /*
+     * A guest request arrived at the filter at @now_ns (clock_ns());
+     * @guest_done gets that back, and its end time, when the request
+     * ended (whatever its result), for guest-first (mirror-guest.h).
+     * Every request counted by @guest_begin ends with one @guest_done
+     * while the owner is set.
+     */
+    void (*guest_begin)(void *opaque, int64_t now_ns);
+    void (*guest_done)(void *opaque, int64_t start_ns, int64_t now_ns,
+                       int64_t bytes);
 } MirrorTopOwner;
 
 /* A filter over @child (a reference is taken); writable if @child is. */

@@ -70,6 +70,7 @@ void mirror_window_init(MirrorWindow *w, const MirrorWindowDefaults *d,
         .cfg = *d,
         .granularity = granularity,
         .elem_size = elem_size,
+        .cap = INT64_MAX,
     };
     /* One buffer holds one operation: at least one granule. */
     w->cfg.buf_size = MAX(QEMU_ALIGN_UP(d->buf_size, granularity),
@@ -122,14 +123,20 @@ void mirror_window_refresh(MirrorWindow *w, BlockDriverState *src,
             " bytes", ch, w->cur_max_in_flight, w->cur_buf_size);
 }
 
+void mirror_window_set_cap(MirrorWindow *w, int64_t cap)
+{
+    w->cap = MAX(cap, w->granularity);
+}
+
 bool mirror_window_has_room(const MirrorWindow *w)
 {
-    return w->in_flight < w->cur_max_in_flight;
+    return w->in_flight < w->cur_max_in_flight &&
+           w->bytes_in_flight < w->cap;
 }
 
 int64_t mirror_window_fit(const MirrorWindow *w, int64_t want)
 {
-    int64_t avail = w->cur_buf_size - w->bytes_in_flight;
+    int64_t avail = MIN(w->cur_buf_size, w->cap) - w->bytes_in_flight;
 
     if (want <= avail) {
         return want;

@@ -60,11 +60,16 @@ static gboolean mirror_rate_timer_cb(gpointer opaque)
     return mirror_pump_fired(s, &s->rate_timer);
 }
 
-/* The planner's MirrorPlanOwner.rate_limited: over the speed limit, pump
- * again when the delay is over. */
+/* The planner's MirrorPlanOwner.rate_limited: over the speed limit or
+ * the guests' pace, pump again when the delay is over. */
 static bool mirror_rate_limited(MirrorJob *s, int64_t bytes)
 {
-    int64_t delay = ratelimit_calculate_delay(&s->limit, clock_ns(), bytes);
+    int64_t now = clock_ns();
+    int64_t delay = mirror_guest_delay(&s->guest, now, bytes);
+
+    if (delay <= 0) {
+        delay = ratelimit_calculate_delay(&s->limit, now, bytes);
+    }
 
     if (delay <= 0) {
         return false;
@@ -104,12 +109,18 @@ static bool mirror_can_issue(MirrorJob *s)
 {
     /* Waiting active writes go first: background copies would keep them
      * waiting for ever under load. */
-    return !s->finished && s->err.ret == 0 &&
-           !job_is_cancelled(&s->common) &&
-           !mirror_active_has_waiting(&s->active) &&
-           !job_should_pause(&s->common) &&
-           !s->rate_timer && mirror_window_has_room(&s->win) &&
-           !s->flush.in_flight;
+    if (s->finished || s->err.ret != 0 || job_is_cancelled(&s->common) ||
+        mirror_active_has_waiting(&s->active) ||
+        job_should_pause(&s->common) || s->rate_timer ||
+        s->flush.in_flight) {
+        return false;
+    }
+    /* Then the guests: a probe of their latency, and the window's cap. */
+    if (!mirror_guest_may_issue(&s->guest, clock_ns())) {
+        return false;
+    }
+    mirror_window_set_cap(&s->win, mirror_guest_cap(&s->guest));
+    return mirror_window_has_room(&s->win);
 }
 
 /* MirrorStats.tracking_bytes: O(1) (each part counts as it changes). */
@@ -142,6 +153,7 @@ void mirror_pump(MirrorJob *s)
     }
     s->pumping = true;
     mirror_window_refresh(&s->win, s->src, s->dst);
+    mirror_guest_set_max(&s->guest, mirror_window_buf_size(&s->win));
     while (mirror_can_issue(s) && mirror_issue_one(s)) {
         /* keep going */
     }
@@ -199,6 +211,7 @@ static void mirror_finish(MirrorJob *s, int ret)
     mirror_link_stop(&s->link);
     mirror_cancel_timers(s);
     mirror_converge_stop(&s->converge);
+    mirror_guest_stop(&s->guest);
     bdrv_set_max_io(s->src, 0);
     bdrv_set_max_io(s->dst, 0);
     job_completed(&s->common, ret, NULL);
@@ -654,6 +667,25 @@ const MirrorActiveOwner mirror_active_owner = {
     .settled        = mirror_active_settled,
 };
 
+/* ---- guest-first, as its owner ---- */
+
+static int mirror_guest_in_flight(void *opaque)
+{
+    MirrorJob *s = opaque;
+
+    return mirror_window_in_flight(&s->win);
+}
+
+static void mirror_guest_kick(void *opaque)
+{
+    mirror_kick(opaque);
+}
+
+const MirrorGuestOwner mirror_guest_owner = {
+    .in_flight      = mirror_guest_in_flight,
+    .kick           = mirror_guest_kick,
+};
+
 /* ---- the mirror-top filter, as its owner ---- */
 
 /* MirrorTopOwner.write_blocking: guest writes come to the job. */
@@ -678,9 +710,27 @@ static void mirror_top_write(void *opaque, MirrorWriteKind kind,
                          cb_opaque);
 }
 
+/* MirrorTopOwner.guest_begin / guest_done: guest-first's timing. */
+static void mirror_top_guest_begin(void *opaque, int64_t now_ns)
+{
+    MirrorJob *s = opaque;
+
+    mirror_guest_begin(&s->guest, now_ns);
+}
+
+static void mirror_top_guest_done(void *opaque, int64_t start_ns,
+                                  int64_t now_ns, int64_t bytes)
+{
+    MirrorJob *s = opaque;
+
+    mirror_guest_done(&s->guest, start_ns, now_ns, bytes);
+}
+
 static const MirrorTopOwner mirror_top_owner = {
     .write_blocking = mirror_top_write_blocking,
     .write          = mirror_top_write,
+    .guest_begin    = mirror_top_guest_begin,
+    .guest_done     = mirror_top_guest_done,
 };
 
 /* ---- JobDriver ---- */
@@ -799,6 +849,7 @@ static void mirror_free(Job *job)
     mirror_link_stop(&s->link);
     mirror_cancel_timers(s);
     mirror_converge_stop(&s->converge);
+    mirror_guest_stop(&s->guest);
     dirty_bitmap_free(s->track.dirty);
     hbitmap_free(s->track.in_flight);
     mirror_zero_destroy(&s->track.zero);
@@ -852,6 +903,16 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .errors = s->err.count,
         .known_good_bytes = mirror_state_good_bytes(s->track.state),
         .tracking_bytes = mirror_tracking_bytes(s),
+        .guest_priority = s->guest.on,
+        .guest_requests = s->guest.requests,
+        .guest_request_rate = rate_meter_get(&s->guest.req_rate, now),
+        .guest_byte_rate = rate_meter_get(&s->guest.byte_rate, now),
+        .guest_latency_ns = s->guest.latency_ns,
+        .guest_base_latency_ns = s->guest.base_ns,
+        .window_bytes = MIN(mirror_guest_cap(&s->guest),
+                            mirror_window_buf_size(&s->win)),
+        .guest_probes = s->guest.probes,
+        .window_cuts = s->guest.cuts,
     };
     s->tracking_peak = MAX(s->tracking_peak, st->tracking_bytes);
     st->tracking_bytes_peak = s->tracking_peak;

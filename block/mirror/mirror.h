@@ -25,6 +25,12 @@
 #define MIRROR_DEFAULT_CHUNK_SIZE    (1 << 20)      /* MAX_IO_BYTES */
 #define MIRROR_DEFAULT_MAX_IN_FLIGHT 16             /* MAX_IN_FLIGHT */
 #define MIRROR_DEFAULT_BUF_SIZE      (16 << 20)
+/*
+ * The least the job copies per second however busy the guests are
+ * (--min-copy-rate): QEMU's default migration bandwidth (max-bandwidth),
+ * what a migration gets when nobody says otherwise.
+ */
+#define MIRROR_DEFAULT_MIN_COPY_RATE (128LL << 20)
 #define MIRROR_MAX_IN_FLIGHT_LIMIT   1024
 /* The default window is scaled by at most this many channels. */
 #define MIRROR_MAX_WINDOW_CHANNELS   4
@@ -88,6 +94,10 @@ typedef struct MirrorParams {
     bool compress;              /* data writes with BDRV_REQ_WRITE_COMPRESSED
                                  * (convert -c): operations and data pieces
                                  * cover whole target clusters */
+    bool guest_priority;        /* the window yields to guests' latency
+                                 * (mirror-guest.h; default on) */
+    int64_t min_copy_rate;      /* ... but the job copies at least this
+                                 * many bytes/s; 0: no floor */
 } MirrorParams;
 
 /* Counters for summaries and query-block-jobs. */
@@ -130,6 +140,22 @@ typedef struct MirrorStats {
     /* Bitmap nodes those bitmaps visited so far (util/hbitmap.h): the
      * work of the job's searches, for tests that bound it. */
     uint64_t tracking_visits;
+    /*
+     * The guests of the mirror-top filter as the job sees them
+     * (mirror-guest.h): requests and bytes per second that ended, their
+     * mean latency in the last period and without the job (0: not
+     * measured yet), and the job's window now (the cap on its COPY bytes
+     * in flight).
+     */
+    bool guest_priority;
+    uint64_t guest_requests;
+    double guest_request_rate;
+    double guest_byte_rate;
+    int64_t guest_latency_ns;
+    int64_t guest_base_latency_ns;
+    int64_t window_bytes;
+    uint64_t guest_probes;      /* base measurements made */
+    uint64_t window_cuts;       /* times the window halved */
 } MirrorStats;
 
 /* What a guest write does (write-blocking mode). */
