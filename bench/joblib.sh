@@ -100,7 +100,9 @@ job_run() {
     timeout $((TIMEOUT + 30)) nbdkit -U - "${server[@]}" --run "$inner" \
         >"$SCRATCH/out" 2>&1 || rc=$?
     if ((rc == 124)); then why="timed out after $((TIMEOUT + 30))s"
-    elif ((rc != 0)); then why="exit status $rc: $(tail -1 "$SCRATCH/out")"
+    elif ((rc != 0)); then
+        # qmp.py's reason, else the last line (nbdkit's, as the daemon died)
+        why="exit status $rc: $(grep -m1 '^qmp.py: ' "$SCRATCH/out" || tail -1 "$SCRATCH/out")"
     elif ! is_base "$row" && ! cmp -s "$SCRATCH/src" "$SCRATCH/target"; then
         why="target differs from source"
     fi
