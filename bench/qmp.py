@@ -4,12 +4,13 @@
 Used by bench/mirror.sh and bench/live.sh, for `mirror-tool start --qmp`
 and `qemu-storage-daemon` alike (both speak QEMU's QMP).  Not run in CI.
 
-    qmp.py --qmp SOCK --out FILE [--start JSON] [--writer CMD
-           [--writer-ready TEXT]] [--job ID] [--timeout S] [--log FILE]
-           -- DAEMON [ARG...]
+    qmp.py [--qmp SOCK] --out FILE [--start JSON] [--writer CMD
+           [--writer-ready TEXT]] [--baseline S [--ready-socket PATH]]
+           [--job ID] [--timeout S] [--log FILE] -- DAEMON [ARG...]
 
 1. Start DAEMON (stdout and stderr to --log) and connect to its QMP socket
-   SOCK as soon as it accepts connections.
+   SOCK as soon as it accepts connections (with --ready-socket, also wait
+   until PATH accepts a connection).
 2. With --writer (fio with --output-format=json on stdout): start it (the
    command line is split as the shell would and run without a shell, so
    that it gets the SIGINT) and wait until it prints a line containing
@@ -21,18 +22,29 @@ and `qemu-storage-daemon` alike (both speak QEMU's QMP).  Not run in CI.
    then.
 4. Wait for BLOCK_JOB_READY (t_ready).  Stop the writer (SIGINT) and wait
    for it to exit, as a live migration pauses the guest.
-5. query-block-jobs: bytes left = len - offset.
+5. query-block-jobs: bytes left = len - offset, and the fields of the
+   job's entry that QEMU does not have (if any).
 6. t_c; block-job-complete; wait for BLOCK_JOB_COMPLETED (t_done), which
    must carry no error.  Then quit, and wait for the daemon to exit 0.
 
+With --baseline S no job is started: steps 3 to 6 become "negotiate (with
+--qmp), let the writer run for S seconds, stop it", and the daemon is
+stopped with quit (with --qmp) or else SIGINT (`mirror-tool serve`); it
+must exit 0.  ready_s and done_s are then the writer's window.
+
 Writes one tab-separated line to --out:
     ready_s done_s pause_ms left_bytes cpu_s maxrss_kib writer_Bps
+    wr_p50_us wr_p99_us reader_Bps rd_p50_us rd_p99_us extra
 ready_s = t_ready - t0, done_s = t_done - t0, pause_ms = t_done - t_c;
 cpu_s and maxrss_kib are the daemon's (user + sys, peak RSS, from wait4);
-writer_Bps is the write rate fio reports, 0 without a writer.  Times are
-taken on this process's monotonic clock when a message is sent or
-received.  Exit status 0 on success; 1 with a one-line reason on stderr.
+writer_Bps and reader_Bps are the write and read rates fio reports, the
+_p50_us and _p99_us its completion latency percentiles (clat) in
+microseconds, 0 without a writer or without reads; extra is the job's
+extra query-block-jobs fields as compact JSON, or "-".  Times are taken
+on this process's monotonic clock when a message is sent or received.
+Exit status 0 on success; 1 with a one-line reason on stderr.
 """
+
 
 import argparse
 import json
@@ -151,10 +163,35 @@ def wait_writer_ready(writer, opts, deadline):
             return
 
 
+# The fields of a query-block-jobs entry that QEMU has; the others are
+# logged as they come.
+QEMU_JOB_FIELDS = {"type", "device", "len", "offset", "busy", "paused",
+                   "speed", "io-status", "ready", "status", "auto-finalize",
+                   "auto-dismiss", "error"}
+
+# What a run without a writer reports for it.
+NO_WRITER = {"wr_bps": 0, "wr_p50": 0, "wr_p99": 0,
+             "rd_bps": 0, "rd_p50": 0, "rd_p99": 0}
+
+
+def fio_direction(job, rw):
+    """(bytes/s, p50 us, p99 us) of fio's job for rw ("read", "write")."""
+    d = job[rw]
+    if not d.get("io_bytes"):
+        return 0, 0, 0
+    pct = d["clat_ns"].get("percentile", {})
+    try:
+        return (d["bw_bytes"], pct["50.000000"] / 1000,
+                pct["99.000000"] / 1000)
+    except KeyError:
+        raise Failure("fio reported no clat percentiles 50 and 99 for "
+                      "%ss" % rw) from None
+
+
 def stop_writer(writer):
-    """SIGINT the writer, wait for it, return the write rate it reports."""
+    """SIGINT the writer, wait for it, return its rates and latencies."""
     if writer is None:
-        return 0
+        return NO_WRITER
     if writer.poll() is not None:
         raise Failure("writer exited early with status %d"
                       % writer.returncode)
@@ -165,10 +202,73 @@ def stop_writer(writer):
         writer.kill()
         raise Failure("writer did not stop") from None
     try:
-        job = json.loads(text[text.index("{"):])["jobs"][0]["write"]
-        return job["bw_bytes"]
+        job = json.loads(text[text.index("{"):])["jobs"][0]
+        r = dict(zip(("wr_bps", "wr_p50", "wr_p99"),
+                     fio_direction(job, "write")))
+        r.update(zip(("rd_bps", "rd_p50", "rd_p99"),
+                     fio_direction(job, "read")))
+        return r
     except (ValueError, KeyError, IndexError):
         raise Failure("no fio result in the writer's output") from None
+
+
+def wait_socket(path, deadline, daemon):
+    """Return once the UNIX socket path accepts a connection."""
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return
+        except (FileNotFoundError, ConnectionRefusedError):
+            if daemon.poll() is not None:
+                raise Failure("daemon exited with status %d before "
+                              "listening on %s" % (daemon.returncode, path))
+            if time.monotonic() > deadline:
+                raise Failure("nothing listens on %s" % path) from None
+            time.sleep(0.002)           # poll for the socket to appear
+        finally:
+            s.close()
+
+
+def run_job(q, opts):
+    """Steps 3 to 6 with the job; returns (times, writer, left, extra)."""
+    if opts.start:
+        t0 = time.monotonic()
+        start = json.loads(opts.start)
+        q.reply(q.send(start["execute"], start.get("arguments")),
+                start["execute"])
+    else:
+        t0 = time.monotonic()
+        q.execute("qmp_capabilities")
+    t_ready, _ = q.event("BLOCK_JOB_READY")
+    w = stop_writer(opts.writer_proc)
+    opts.writer_proc = None
+    jobs = q.execute("query-block-jobs")
+    job = next((j for j in jobs if j["device"] == opts.job), None)
+    if job is None:
+        raise Failure("job %s not in query-block-jobs" % opts.job)
+    left = job["len"] - job["offset"]
+    extra = {k: v for k, v in job.items() if k not in QEMU_JOB_FIELDS}
+    t_c = time.monotonic()
+    q.send("block-job-complete", {"device": opts.job})
+    t_done, ev = q.event("BLOCK_JOB_COMPLETED")
+    if "error" in ev["data"]:
+        raise Failure("job failed: %s" % ev["data"]["error"])
+    return (t_ready - t0, t_done - t0, (t_done - t_c) * 1000), w, left, extra
+
+
+def run_baseline(q, opts):
+    """--baseline: the writer alone for opts.baseline seconds."""
+    if q is not None and not opts.start:
+        raise Failure("--baseline with --qmp needs --start (with "
+                      "mirror-tool start --qmp-wait, negotiating starts "
+                      "the job)")
+    t0 = time.monotonic()
+    time.sleep(opts.baseline)           # the measurement window
+    w = stop_writer(opts.writer_proc)
+    opts.writer_proc = None
+    t = time.monotonic() - t0
+    return (t, t, 0), w, 0, {}
 
 
 def run(opts):
@@ -176,61 +276,55 @@ def run(opts):
     log = open(opts.log, "w") if opts.log else subprocess.DEVNULL
     daemon = subprocess.Popen(opts.daemon, stdout=log, stderr=log,
                               stdin=subprocess.DEVNULL)
-    writer = None
+    opts.writer_proc = None
     try:
-        q = Qmp(opts.qmp, deadline, daemon)
-        if opts.start:
+        q = Qmp(opts.qmp, deadline, daemon) if opts.qmp else None
+        if opts.ready_socket:
+            wait_socket(opts.ready_socket, deadline, daemon)
+        if q is not None and opts.start:
             q.execute("qmp_capabilities")
         if opts.writer:
-            writer = subprocess.Popen(shlex.split(opts.writer), text=True,
-                                      stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE)
-            wait_writer_ready(writer, opts, deadline)
-        if opts.start:
-            t0 = time.monotonic()
-            start = json.loads(opts.start)
-            q.reply(q.send(start["execute"], start.get("arguments")),
-                    start["execute"])
+            opts.writer_proc = subprocess.Popen(
+                shlex.split(opts.writer), text=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+            wait_writer_ready(opts.writer_proc, opts, deadline)
+        if opts.baseline is not None:
+            times, w, left, extra = run_baseline(q, opts)
         else:
-            t0 = time.monotonic()
-            q.execute("qmp_capabilities")
-        t_ready, _ = q.event("BLOCK_JOB_READY")
-        writer_bps = stop_writer(writer)
-        writer = None
-        jobs = q.execute("query-block-jobs")
-        job = next((j for j in jobs if j["device"] == opts.job), None)
-        if job is None:
-            raise Failure("job %s not in query-block-jobs" % opts.job)
-        left = job["len"] - job["offset"]
-        t_c = time.monotonic()
-        q.send("block-job-complete", {"device": opts.job})
-        t_done, ev = q.event("BLOCK_JOB_COMPLETED")
-        if "error" in ev["data"]:
-            raise Failure("job failed: %s" % ev["data"]["error"])
-        try:
-            q.send("quit")
-        except OSError:
-            pass                        # mirror-tool may be gone already
+            times, w, left, extra = run_job(q, opts)
+        if q is not None:
+            try:
+                q.send("quit")
+            except OSError:
+                pass                    # mirror-tool may be gone already
+        else:
+            daemon.send_signal(signal.SIGINT)
         _, status, ru = os.wait4(daemon.pid, 0)
         daemon.returncode = os.waitstatus_to_exitcode(status)
         if daemon.returncode != 0:
             raise Failure("daemon exit status %d" % daemon.returncode)
     finally:
-        if writer is not None:
-            writer.kill()
-            writer.wait()
+        if opts.writer_proc is not None:
+            opts.writer_proc.kill()
+            opts.writer_proc.wait()
         if daemon.returncode is None:
             daemon.kill()
             daemon.wait()
     with open(opts.out, "w") as f:
-        f.write("%.4f\t%.4f\t%.3f\t%d\t%.2f\t%d\t%d\n" % (
-            t_ready - t0, t_done - t0, (t_done - t_c) * 1000, left,
-            ru.ru_utime + ru.ru_stime, ru.ru_maxrss, writer_bps))
+        f.write("%.4f\t%.4f\t%.3f\t%d\t%.2f\t%d\t%d\t%.0f\t%.0f\t%d\t%.0f"
+                "\t%.0f\t%s\n" % (
+                    times[0], times[1], times[2], left,
+                    ru.ru_utime + ru.ru_stime, ru.ru_maxrss, w["wr_bps"],
+                    w["wr_p50"], w["wr_p99"], w["rd_bps"], w["rd_p50"],
+                    w["rd_p99"],
+                    json.dumps(extra, separators=(",", ":"))
+                    if extra else "-"))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--qmp", required=True, help="the daemon's QMP socket")
+    p.add_argument("--qmp", help="the daemon's QMP socket (required "
+                   "unless --baseline)")
     p.add_argument("--out", required=True, help="result line goes here")
     p.add_argument("--start", help="JSON command that starts the job")
     p.add_argument("--job", default="j", help="job id (default j)")
@@ -238,10 +332,16 @@ def main():
                    "until READY (fio, JSON output on stdout)")
     p.add_argument("--writer-ready", help="start the job once the writer "
                    "printed a line containing this")
+    p.add_argument("--baseline", type=float, metavar="S",
+                   help="start no job: run the writer for S seconds")
+    p.add_argument("--ready-socket", metavar="PATH", help="start the "
+                   "writer once this UNIX socket accepts a connection")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--log", help="daemon stdout and stderr")
     p.add_argument("daemon", nargs="+", help="daemon command line")
     opts = p.parse_args()
+    if opts.qmp is None and opts.baseline is None:
+        p.error("--qmp is required unless --baseline")
     try:
         run(opts)
     except (Failure, OSError, ValueError) as e:
