@@ -23,6 +23,7 @@ void mirror_guest_init(MirrorGuest *g, bool on, int64_t min_copy_rate,
         .opaque = opaque,
         .on = on,
         .min_copy_rate = min_copy_rate,
+        .floor = min_copy_rate,
         .min_cap = granule,
         .max_cap = MAX(max_window, granule),
         .period_start_ns = now,
@@ -111,11 +112,11 @@ static void mirror_guest_probe_step(MirrorGuest *g, int64_t now)
 /* Set the pace to @pace bytes/s (0: none) and the cap that follows. */
 static void mirror_guest_set_pace(MirrorGuest *g, double pace)
 {
-    if (pace && pace >= 2 * MAX(g->copy_rate, g->min_copy_rate)) {
+    if (pace && pace >= 2 * MAX(g->copy_rate, g->floor)) {
         pace = 0;               /* no limit on what the job achieves */
     }
     if (pace) {
-        pace = MAX(pace, g->min_copy_rate);
+        pace = MAX(pace, g->floor);
     }
     g->pace = pace;
     ratelimit_set_speed(&g->pacer, (uint64_t)pace,
@@ -138,6 +139,9 @@ static void mirror_guest_update(MirrorGuest *g, int64_t now)
     g->copy_rate = g->copy_rate * (1 - MIRROR_GUEST_RATE_WEIGHT) +
                    g->period_copied * 1e9 / elapsed *
                    MIRROR_GUEST_RATE_WEIGHT;
+    g->floor = MAX(g->min_copy_rate,
+                   g->owner->dirty_rate(g->opaque, now) *
+                   MIRROR_GUEST_CONVERGE_PCT / 100);
     if (!g->period_reqs && !g->period_busy) {
         /* Idle guests: give the job its share back quickly. */
         if (g->pace) {

@@ -25,9 +25,11 @@
  *   A pace twice what the job achieves is no limit at all: the job runs
  *   free with the window it would have without guests.
  * - The floor: the pace never goes below the minimum copy rate
- *   (--min-copy-rate).  So a busy guest slows the migration down, never
- *   stops it; auto-converge remains the way to finish against a guest
- *   that writes faster than that.
+ *   (--min-copy-rate), nor below MIRROR_GUEST_CONVERGE_PCT percent of
+ *   the rate at which guests dirty what was copied (a job slower than
+ *   that never converges).  So a busy guest slows the migration down,
+ *   never stops it; auto-converge remains the way to finish against a
+ *   guest that writes faster than the job can copy at all.
  *
  * A leaf: it owns its settings, the guests' counters, the cap and its
  * probe's timer; it learns the rest from its owner.
@@ -52,6 +54,7 @@
 #define MIRROR_GUEST_PROBE_NS           (20 * 1000 * 1000LL)
 #define MIRROR_GUEST_PROBE_EVERY_NS     (2000 * 1000 * 1000LL)
 #define MIRROR_GUEST_WINDOW_NS          (4 * 1000 * 1000LL)
+#define MIRROR_GUEST_CONVERGE_PCT       125
 #define MIRROR_GUEST_PACE_SLICE_NS      (1000 * 1000LL)
 
 typedef struct MirrorGuestOwner {
@@ -59,6 +62,8 @@ typedef struct MirrorGuestOwner {
     int (*in_flight)(void *opaque);
     /* The cap grew or a probe ended: the job may start operations. */
     void (*kick)(void *opaque);
+    /* Bytes per second guests newly dirty (what the job copied). */
+    double (*dirty_rate)(void *opaque, int64_t now_ns);
 } MirrorGuestOwner;
 
 typedef enum MirrorGuestProbe {
@@ -73,13 +78,14 @@ typedef struct MirrorGuest {
 
     /* Settings. */
     bool on;                    /* adapt (else no pace, cap == max) */
-    int64_t min_copy_rate;      /* bytes/s, the floor of the pace */
+    int64_t min_copy_rate;      /* bytes/s, the least floor */
     int64_t min_cap;            /* one granule */
     int64_t max_cap;            /* the window without guests */
 
     /* The job's share: a pace (0: none) and the cap on its COPY bytes in
      * flight that follows it. */
     double pace;
+    double floor;               /* bytes/s: the least pace now */
     RateLimit pacer;
     int64_t cap;
 

@@ -681,9 +681,17 @@ static void mirror_guest_kick(void *opaque)
     mirror_kick(opaque);
 }
 
+static double mirror_guest_dirty_rate(void *opaque, int64_t now_ns)
+{
+    MirrorJob *s = opaque;
+
+    return s->track.dirty ? dirty_bitmap_rate(s->track.dirty, now_ns) : 0;
+}
+
 const MirrorGuestOwner mirror_guest_owner = {
     .in_flight      = mirror_guest_in_flight,
     .kick           = mirror_guest_kick,
+    .dirty_rate     = mirror_guest_dirty_rate,
 };
 
 /* ---- the mirror-top filter, as its owner ---- */

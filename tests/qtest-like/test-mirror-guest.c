@@ -21,6 +21,7 @@
 typedef struct Fixture {
     MirrorGuest g;
     int job_in_flight;          /* what the owner reports */
+    double dirty_rate;          /* ... */
     int kicks;
     int64_t now;                /* the test's clock */
 } Fixture;
@@ -39,9 +40,17 @@ static void fx_kick(void *opaque)
     f->kicks++;
 }
 
+static double fx_dirty_rate(void *opaque, int64_t now_ns)
+{
+    Fixture *f = opaque;
+
+    return f->dirty_rate;
+}
+
 static const MirrorGuestOwner fx_owner = {
     .in_flight  = fx_in_flight,
     .kick       = fx_kick,
+    .dirty_rate = fx_dirty_rate,
 };
 
 static void fx_init(Fixture *f, bool on, int64_t min_copy_rate)
@@ -151,6 +160,31 @@ static void test_cut_to_floor(void)
                         GRANULE));
     g_assert_cmpuint(f.g.cuts, >=, 2);
     g_assert_cmpint(f.g.latency_ns, ==, 10 * fx_goal(&f));
+}
+
+/* The floor follows the guests' dirty rate: the job always outpaces
+ * them, so that it converges. */
+static void test_floor_dirty_rate(void)
+{
+    Fixture f;
+
+    fx_init(&f, true, 1 * MiB);
+    fx_probe(&f, 100 * US);
+    f.dirty_rate = 200 * MiB;
+    for (int i = 0; i < 20; i++) {
+        fx_period(&f, 10 * fx_goal(&f), (int64_t)(f.g.pace ? f.g.pace
+                                                           : 1024 * MiB));
+        g_assert_cmpfloat(f.g.pace, >=,
+                          200.0 * MiB * MIRROR_GUEST_CONVERGE_PCT / 100);
+    }
+    g_assert_cmpfloat(f.g.pace, ==,
+                      200.0 * MiB * MIRROR_GUEST_CONVERGE_PCT / 100);
+    /* Guests that stop dirtying lower the floor to --min-copy-rate. */
+    f.dirty_rate = 0;
+    for (int i = 0; i < 20; i++) {
+        fx_period(&f, 10 * fx_goal(&f), (int64_t)f.g.pace);
+    }
+    g_assert_cmpfloat(f.g.pace, ==, 1 * MiB);
 }
 
 /* Requests in flight for a whole period and none ended count as late. */
@@ -286,6 +320,8 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/mirror-guest/cut-to-floor", test_cut_to_floor);
+    g_test_add_func("/mirror-guest/floor-dirty-rate",
+                    test_floor_dirty_rate);
     g_test_add_func("/mirror-guest/stuck-guest-cuts", test_stuck_guest_cuts);
     g_test_add_func("/mirror-guest/grow-back", test_grow_back);
     g_test_add_func("/mirror-guest/pacer", test_pacer);
