@@ -376,6 +376,59 @@ stop_job 0
 verify_source raw
 ok "--auto-converge: a writer faster than --speed, READY, target == source"
 
+# --- guest-first -------------------------------------------------------------
+# job_base_measured: query-block-jobs says a probe measured the guest's
+# latency without the job.
+job_base_measured()
+{
+    job_info guest-base-latency-ns
+    [ "$info" -gt 0 ]
+}
+
+# The export's guest as the job sees it: its requests counted, its
+# latency without the job measured (a probe), the job's window shown;
+# with --guest-priority off the guest is counted but never probed.
+src=gf.raw
+cp base.raw "$src"
+start_target tgf
+start_job gf "$src" --speed 16M
+start_fio gf1 8M "$SIZE"
+watch_ready
+job_info guest-priority
+[ "$info" = true ] || fail "gf: guest-priority $info"
+wait_for 30 "gf: a probe of the guest's latency" job_base_measured
+job_info guest-requests
+[ "$info" -gt 0 ] || fail "gf: guest-requests $info"
+job_info window-bytes
+[ "$info" -ge 65536 ] || fail "gf: window-bytes $info"
+stop_fio gf1
+wait_ready
+complete_job
+verify_switched full
+stop_job 0
+verify_source raw
+ok "guest-first: query-block-jobs counts the guest, probes its latency, shows the window"
+
+src=gfo.raw
+cp base.raw "$src"
+start_target tgfo
+start_job gfo "$src" --speed 16M --guest-priority off
+start_fio gfo1 2M "$SIZE"
+watch_ready
+wait_ready
+stop_fio gfo1
+job_info guest-priority
+[ "$info" = false ] || fail "gfo: guest-priority $info"
+job_info guest-requests
+[ "$info" -gt 0 ] || fail "gfo: guest-requests $info"
+job_info guest-base-latency-ns
+[ "$info" = 0 ] || fail "gfo: probed with --guest-priority off"
+complete_job
+verify_switched full
+stop_job 0
+verify_source raw
+ok "--guest-priority off: the guest is counted, never probed; target == source"
+
 # --- cancel before READY -----------------------------------------------------
 src=cn.raw
 cp base.raw "$src"

@@ -345,3 +345,18 @@ expect_ok "$T" start --auto-converge --auto-converge-passes 0 src.raw \
     passes0.raw
 assert_same src.raw passes0.raw "--auto-converge-passes 0"
 ok "--auto-converge-after/-passes: QMP's ranges; passes 0 = no pass limit"
+
+# --- guest-first: --guest-priority and --min-copy-rate ---------------------------
+expect_exit 2 "$T" start --guest-priority maybe src.raw keep.raw
+stderr_has "--guest-priority 'maybe': expected on or off"
+stderr_one_line
+for bad in 0 -1 1X 16E; do
+    expect_exit 2 "$T" start --min-copy-rate "$bad" src.raw keep.raw
+    stderr_has "--min-copy-rate '$bad'"
+    stderr_one_line
+done
+assert_unchanged keep.raw
+truncate -s 32M gp.raw
+expect_ok "$T" start --guest-priority off --min-copy-rate 1 src.raw gp.raw
+assert_same src.raw gp.raw "--guest-priority off"
+ok "--guest-priority and --min-copy-rate: bad values exit 2, nothing written"
