@@ -617,7 +617,8 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
 static void nbdsrv_client_kick(NbdClient *c)
 {
     if (!c->kick_src && !c->closed) {
-        c->kick_src = nbdsrv_timer(c->srv, 0, nbdsrv_client_kick_cb, c);
+        c->kick_src = nbdsrv_timer(c->srv, nbdsrv_client_priority(c->srv),
+                                   0, nbdsrv_client_kick_cb, c);
     }
 }
 
@@ -629,8 +630,8 @@ static void nbdsrv_client_watch(NbdClient *c, GSource **src, bool want,
                                 GIOCondition cond, GUnixFDSourceFunc fn)
 {
     if (want && !*src) {
-        *src = nbdsrv_fd_watch(c->srv, c->fd, cond | G_IO_HUP | G_IO_ERR,
-                               fn, c);
+        *src = nbdsrv_fd_watch(c->srv, nbdsrv_client_priority(c->srv),
+                               c->fd, cond | G_IO_HUP | G_IO_ERR, fn, c);
     } else if (!want) {
         nbdsrv_source_clear(src);
     }
@@ -698,7 +699,8 @@ void nbdsrv_client_unref(NbdClient *c)
     if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
         /* We may be inside a block layer completion: release the node
          * from the main loop. */
-        srv->final_src = nbdsrv_timer(srv, 0, nbdsrv_finalize_cb, srv);
+        srv->final_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0,
+                                      nbdsrv_finalize_cb, srv);
     }
 }
 

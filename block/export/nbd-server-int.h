@@ -313,17 +313,41 @@ struct NbdServer {
     int64_t payload_timeout_ms;
     char *addr;             /* as given, PORT 0 replaced by the port */
     NbdTlsCreds *tls;       /* NULL: no TLS */
+    bool guest_priority;    /* nbdsrv_set_guest_priority() */
     NbdServerStats stats;
 };
 
+/*
+ * The priority of @srv's connections' sources (read and write watches,
+ * idle kick): with guest priority NBDSRV_GUEST_PRIORITY, above the default priority of every
+ * other source of the loop (the block layer's completions, the job's
+ * timers, the listening socket, QMP), so that a guest request that
+ * arrives while job completions are ready is read and submitted first.
+ * It cannot starve the rest: a connection stops reading at its request
+ * and byte limits, and its requests complete, and free those limits, only
+ * through the block layer's default-priority sources; a connection with
+ * nothing to read or send has no source ready at all.
+ */
+static inline int nbdsrv_client_priority(NbdServer *srv)
+{
+    return srv->guest_priority ? NBDSRV_GUEST_PRIORITY : G_PRIORITY_DEFAULT;
+}
+
+/* The request flags of @srv's requests to its node. */
+static inline BdrvRequestFlags nbdsrv_req_flags(NbdServer *srv)
+{
+    return srv->guest_priority ? BDRV_REQ_PRIO : 0;
+}
+
 /* ---- block/export/nbd-server.c: the server ---- */
 
-/* An fd watch / a timer (0 ms: an idle) on the server's context; the
- * caller owns the returned reference. */
-GSource *nbdsrv_fd_watch(NbdServer *srv, int fd, GIOCondition cond,
-                         GUnixFDSourceFunc fn, void *opaque);
-GSource *nbdsrv_timer(NbdServer *srv, guint ms, GSourceFunc fn,
-                      void *opaque);
+/* An fd watch / a timer (0 ms: an idle) at GLib @priority on the
+ * server's context; the caller owns the returned reference. */
+GSource *nbdsrv_fd_watch(NbdServer *srv, int priority, int fd,
+                         GIOCondition cond, GUnixFDSourceFunc fn,
+                         void *opaque);
+GSource *nbdsrv_timer(NbdServer *srv, int priority, guint ms,
+                      GSourceFunc fn, void *opaque);
 /* Destroy and unref *@src (if any); safe inside its own dispatch. */
 void nbdsrv_source_clear(GSource **src);
 

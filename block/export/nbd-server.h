@@ -280,6 +280,23 @@ void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes);
  * PORT 0 replaced by the bound port.  Owned by the server. */
 const char *nbdsrv_get_address(NbdServer *srv);
 
+/* GLib priority of the connections' sources with guest priority. */
+#define NBDSRV_GUEST_PRIORITY       (G_PRIORITY_DEFAULT - 10)
+
+/*
+ * Guest priority (default off): the export's clients are the guest, and
+ * their requests go ahead of the node's other I/O (a mirror job's).  When
+ * on, every request the server submits carries BDRV_REQ_PRIO (served
+ * first at every queue of the block layer), and the connections' sources
+ * (socket watches, idle kicks) run at NBDSRV_GUEST_PRIORITY, above the
+ * default priority of the loop's other sources, so that a request that
+ * arrives while completions of the job are ready is read and submitted
+ * before they run.  The listening socket and the server's timers stay at
+ * the default priority.  Call it right after nbdsrv_new(), before the
+ * main loop runs.
+ */
+void nbdsrv_set_guest_priority(NbdServer *srv, bool on);
+
 /* The NBD_INFO_DESCRIPTION text (default "qemu-mirror export (FORMAT)").
  * At most 4096 bytes of UTF-8; returns false otherwise. */
 bool nbdsrv_set_description(NbdServer *srv, const char *description);
