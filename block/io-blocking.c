@@ -9,9 +9,9 @@
  * a device (thread_pool_submit), as CPU work when the node lives in
  * memory (cpu_bound: thread_pool_submit_cpu), or on the main loop itself
  * (run_here), completed from an idle source.  A BDRV_REQ_PRIO call is
- * THREAD_POOL_URGENT work: it starts and completes ahead of the others.  A block status call fills
- * an array of the worker's own, copied into the caller's on the main
- * loop, so that workers never touch main-loop state.
+ * THREAD_POOL_URGENT work: it starts and completes ahead of the others.
+ * A block status call fills an array of the worker's own, copied into the
+ * caller's on the main loop, so that workers never touch main-loop state.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later

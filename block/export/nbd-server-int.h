@@ -319,10 +319,11 @@ struct NbdServer {
 
 /*
  * The priority of @srv's connections' sources (read and write watches,
- * idle kick): with guest priority NBDSRV_GUEST_PRIORITY, above the default priority of every
- * other source of the loop (the block layer's completions, the job's
- * timers, the listening socket, QMP), so that a guest request that
- * arrives while job completions are ready is read and submitted first.
+ * idle kick).  With guest priority it is NBDSRV_GUEST_PRIORITY, above the
+ * default priority of every other source of the loop (the block layer's
+ * completions, the job's timers, the listening socket, QMP), so that a
+ * guest request that arrives while job completions are ready is read and
+ * submitted first.
  * It cannot starve the rest: a connection stops reading at its request
  * and byte limits, and its requests complete, and free those limits, only
  * through the block layer's default-priority sources; a connection with
