@@ -232,6 +232,9 @@ struct NbdClient {
     GSource *in_src;
     GSource *out_src;
     GSource *kick_src;      /* idle: resume parsing buffered input */
+    unsigned prio_turns;    /* dispatches at guest priority in a row */
+    bool yielded;           /* at the default priority until srv's
+                             * fair_src ran */
 
     /* TLS (nbd-server-tls.c): a session from NBD_OPT_STARTTLS on; all
      * I/O goes through it once tls_ready. */
@@ -314,25 +317,35 @@ struct NbdServer {
     char *addr;             /* as given, PORT 0 replaced by the port */
     NbdTlsCreds *tls;       /* NULL: no TLS */
     bool guest_priority;    /* nbdsrv_set_guest_priority() */
+    GSource *fair_src;      /* idle: yielded connections back to guest
+                             * priority */
     NbdServerStats stats;
 };
 
 /*
- * The priority of @srv's connections' sources (read and write watches,
- * idle kick).  With guest priority it is NBDSRV_GUEST_PRIORITY, above the
- * default priority of every other source of the loop (the block layer's
- * completions, the job's timers, the listening socket, QMP), so that a
- * guest request that arrives while job completions are ready is read and
- * submitted first.
+ * The priority of @c's sources (read and write watches, idle kick).  With
+ * guest priority it is NBDSRV_GUEST_PRIORITY, above the default priority
+ * of every other source of the loop (the block layer's completions, the
+ * job's timers, the listening socket, QMP), so that a guest request that
+ * arrives while job completions are ready is read and submitted first.
  * It cannot starve the rest: a connection stops reading at its request
  * and byte limits, and its requests complete, and free those limits, only
  * through the block layer's default-priority sources; a connection with
- * nothing to read or send has no source ready at all.
+ * nothing to read or send has no source ready at all.  Requests answered
+ * without the block layer (errors, empty ones) hold no limit, so a client
+ * sending nothing else could keep its sources ready: so every
+ * NBDSRV_PRIO_TURNS dispatches a connection yields, at the default
+ * priority, until the default-priority sources had a turn
+ * (nbdsrv_client_turn()).
  */
-static inline int nbdsrv_client_priority(NbdServer *srv)
+static inline int nbdsrv_client_priority(NbdClient *c)
 {
-    return srv->guest_priority ? NBDSRV_GUEST_PRIORITY : G_PRIORITY_DEFAULT;
+    return c->srv->guest_priority && !c->yielded ? NBDSRV_GUEST_PRIORITY
+                                                 : G_PRIORITY_DEFAULT;
 }
+
+/* Count a dispatch of @c's sources (see nbdsrv_client_priority()). */
+void nbdsrv_client_turn(NbdClient *c);
 
 /* The request flags of @srv's requests to its node. */
 static inline BdrvRequestFlags nbdsrv_req_flags(NbdServer *srv)

@@ -492,6 +492,7 @@ void nbdsrv_free(NbdServer *srv)
     nbdsrv_stop_listening(srv);
     nbdsrv_disconnect_all(srv);
     nbdsrv_source_clear(&srv->tick_src);
+    nbdsrv_source_clear(&srv->fair_src);
     srv->freed = true;
     if (g_queue_is_empty(&srv->clients)) {
         nbdsrv_finalize(srv);

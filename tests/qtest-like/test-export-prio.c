@@ -3,7 +3,8 @@
  * request that arrives while the loop has a mirror job's completions
  * ready is read and submitted to the node before those completions run,
  * and it carries BDRV_REQ_PRIO.  Off (the default), the loop serves its
- * sources in their usual order, the job's first.
+ * sources in their usual order, the job's first.  And a client that keeps
+ * its sources ready still lets the job's sources run (NBDSRV_PRIO_TURNS).
  *
  * No timing: the job's completions are default-priority fd sources
  * (like the thread pool's and an NBD node's), attached before the client
@@ -201,10 +202,103 @@ static void test_off_in_order(void)
     g_assert_false(flags & BDRV_REQ_PRIO);
 }
 
+/* ---- no starvation ---- */
+
+#define FLOOD_BATCHES 200
+#define FLOOD_DEPTH   64
+
+typedef struct Flood {
+    ExportFixture *f;
+    gint job_ran;
+    int seen_at;                /* the batch that saw job_ran, or -1 */
+    int ret;
+    gint done;
+} Flood;
+
+static gboolean flood_job_cb(gint fd, GIOCondition cond, gpointer opaque)
+{
+    Flood *fl = opaque;
+
+    g_atomic_int_set(&fl->job_ran, 1);
+    return G_SOURCE_REMOVE;
+}
+
+/* Batches of empty reads, answered without the block layer. */
+static int flood_client(Flood *fl)
+{
+    int fd = raw_open(fl->f->sock, true, false);
+
+    FAIL_IF(fd < 0);
+    for (int b = 0; b < FLOOD_BATCHES; b++) {
+        for (int i = 0; i < FLOOD_DEPTH; i++) {
+            FAIL_IF(!raw_request(fd, 0, NBD_CMD_READ, i, 0, 0, NULL));
+        }
+        for (int i = 0; i < FLOOD_DEPTH; i++) {
+            RawReply r;
+
+            FAIL_IF(!raw_reply(fd, true, 0, &r) || r.error);
+            raw_reply_clear(&r);
+        }
+        if (fl->seen_at < 0 && g_atomic_int_get(&fl->job_ran)) {
+            fl->seen_at = b;
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+static gpointer flood_thread(gpointer opaque)
+{
+    Flood *fl = opaque;
+
+    fl->ret = flood_client(fl);
+    g_atomic_int_set(&fl->done, 1);
+    return NULL;
+}
+
+static bool flood_done(void *opaque)
+{
+    return g_atomic_int_get(&((Flood *)opaque)->done);
+}
+
+/*
+ * A client whose requests all complete at once keeps its sources ready;
+ * at guest priority it still yields to a ready default-priority source
+ * (the job's) within NBDSRV_PRIO_TURNS dispatches.  Each batch needs at
+ * least one dispatch (the client waits for its replies).
+ */
+static void test_yield(void)
+{
+    Flood fl = { .seen_at = -1 };
+    NbdServerStats st;
+    GThread *th;
+    uint64_t one = 1;
+    int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+    g_assert_cmpint(efd, >=, 0);
+    fl.f = fixture_new_spec("null:size=16M", false);
+    nbdsrv_set_guest_priority(fl.f->srv, true);
+    g_assert_cmpint(write(efd, &one, sizeof(one)), ==, sizeof(one));
+    g_unix_fd_add_full(G_PRIORITY_DEFAULT, efd, G_IO_IN, flood_job_cb, &fl,
+                       NULL);
+    th = g_thread_new("flood", flood_thread, &fl);
+    run_loop_until(flood_done, &fl, 60);
+    g_thread_join(th);
+    g_assert_cmpint(fl.ret, ==, 0);
+    g_assert_cmpint(fl.seen_at, >=, 0);
+    g_assert_cmpint(fl.seen_at, <=, NBDSRV_PRIO_TURNS + 1);
+    nbdsrv_get_stats(fl.f->srv, &st);
+    g_assert_cmpuint(st.prio_yields, >=,
+                     FLOOD_BATCHES / NBDSRV_PRIO_TURNS - 1);
+    close(efd);
+    fixture_free(fl.f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/export/prio/guest-first", test_guest_first);
     g_test_add_func("/export/prio/off", test_off_in_order);
+    g_test_add_func("/export/prio/yield", test_yield);
     return g_test_run();
 }
