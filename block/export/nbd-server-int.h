@@ -333,7 +333,7 @@ struct NbdServer {
  * through the block layer's default-priority sources; a connection with
  * nothing to read or send has no source ready at all.  Requests answered
  * without the block layer (errors, empty ones) hold no limit, so a client
- * sending nothing else could keep its sources ready: so every
+ * sending nothing else could keep its sources ready; so every
  * NBDSRV_PRIO_TURNS dispatches a connection yields, at the default
  * priority, until the default-priority sources had a turn
  * (nbdsrv_client_turn()).
