@@ -95,6 +95,16 @@ typedef enum BdrvRequestFlags {
                                  * another thread (an NBD sender): a
                                  * driver must not make the read on the
                                  * main loop (run_here) */
+    BDRV_REQ_PRIO        = 0x20, /* a guest's request (the export's):
+                                 * every queue of the block layer (the
+                                 * thread pool's work and completion
+                                 * queues, an NBD node's wait for a free
+                                 * connection) serves it ahead of
+                                 * requests without the flag, FIFO within
+                                 * each class.  Any request kind; io.c
+                                 * keeps it on every driver call the
+                                 * request makes; drivers without a queue
+                                 * ignore it; never sent on the wire */
 } BdrvRequestFlags;
 
 /* Block status of an extent (BlockExtent.flags) */
@@ -419,8 +429,9 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
 
 /*
  * Any of the requests above by kind: @buf for READ and WRITE, @extents for
- * STATUS, @offset and @bytes ignored for FLUSH.  For filters that pass
- * requests on whatever they are.
+ * STATUS, @offset and @bytes ignored for FLUSH; DISCARD, FLUSH and STATUS
+ * keep only BDRV_REQ_PRIO of @flags.  For filters that pass requests on
+ * whatever they are.
  */
 void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
                      int64_t bytes, void *buf, BdrvRequestFlags flags,

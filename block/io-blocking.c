@@ -8,9 +8,10 @@
  * Where a call runs is the driver's to say: on a worker that may wait for
  * a device (thread_pool_submit), as CPU work when the node lives in
  * memory (cpu_bound: thread_pool_submit_cpu), or on the main loop itself
- * (run_here), completed from an idle source.  A block status call fills
- * an array of the worker's own, copied into the caller's on the main
- * loop, so that workers never touch main-loop state.
+ * (run_here), completed from an idle source.  A BDRV_REQ_PRIO call is
+ * THREAD_POOL_URGENT work: it starts and completes ahead of the others.
+ * A block status call fills an array of the worker's own, copied into the
+ * caller's on the main loop, so that workers never touch main-loop state.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -75,6 +76,8 @@ void bdrv_blocking_submit(BdrvRequest *req)
 {
     BlockDriverState *bs = req->bs;
     const BlockDriver *drv = bs->drv;
+    ThreadPoolFlags pool_flags =
+        req->flags & BDRV_REQ_PRIO ? THREAD_POOL_URGENT : 0;
 
     if (req->op == BDRV_OP_STATUS && !req->io.map) {
         req->io.found = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
@@ -87,10 +90,9 @@ void bdrv_blocking_submit(BdrvRequest *req)
         return;
     }
     if (drv->cpu_bound && drv->cpu_bound(bs)) {
-        thread_pool_submit_cpu(thread_pool_get(), bdrv_blocking_worker, req,
-                               bdrv_blocking_done, req);
-        return;
+        pool_flags |= THREAD_POOL_CPU;
     }
-    thread_pool_submit(thread_pool_get(), bdrv_blocking_worker, req,
-                       bdrv_blocking_done, req);
+    thread_pool_submit_full(thread_pool_get(), pool_flags,
+                            bdrv_blocking_worker, req, bdrv_blocking_done,
+                            req);
 }

@@ -433,14 +433,13 @@ static void bdrv_fan_issue(BdrvFragFan *fan)
         int64_t limit = io->type == BDRV_OP_ZERO ? bs->bl.max_pwrite_zeroes
                                                  : bs->bl.max_pdiscard;
         int64_t len = MIN(io->end - io->pos, bdrv_max_no_data(bs, limit));
-        BdrvRequestFlags flags = io->type == BDRV_OP_ZERO ? io->flags : 0;
         BdrvRequest *frag = bdrv_req_new(bs, io->type, io->pos, len, NULL,
-                                         flags, NULL, fan);
+                                         io->flags, NULL, fan);
 
         io->pos += len;
         fan->in_flight++;
-        bdrv_drv_call(frag, io->type, frag->io.offset, len, NULL, flags,
-                      NULL, bdrv_fan_frag_done);
+        bdrv_drv_call(frag, io->type, frag->io.offset, len, NULL,
+                      io->flags, NULL, bdrv_fan_frag_done);
     }
     if (fan->in_flight) {
         return;
@@ -485,7 +484,8 @@ static void bdrv_req_step(BdrvRequest *req)
         if (io->offset != io->start) {
             io->frag = MIN(align, io->end - io->start);
             bdrv_drv_call(req, BDRV_OP_READ, io->start, io->frag, io->bounce,
-                          0, NULL, bdrv_req_frag_done);
+                          io->flags & BDRV_REQ_PRIO, NULL,
+                          bdrv_req_frag_done);
             return;
         }
         io->phase = BDRV_PHASE_RMW_TAIL;
@@ -498,7 +498,8 @@ static void bdrv_req_step(BdrvRequest *req)
             !(head_read && tail == io->start)) {
             io->frag = io->end - tail;
             bdrv_drv_call(req, BDRV_OP_READ, tail, io->frag,
-                          io->bounce + (tail - io->start), 0, NULL,
+                          io->bounce + (tail - io->start),
+                          io->flags & BDRV_REQ_PRIO, NULL,
                           bdrv_req_frag_done);
             return;
         }
@@ -533,7 +534,8 @@ static void bdrv_req_step(BdrvRequest *req)
 
             io->frag = MIN(MIN(io->end - io->pos, bdrv_max_rw(bs)), zsize);
             bdrv_drv_call(req, BDRV_OP_WRITE, io->pos, io->frag, zbuf,
-                          io->flags & BDRV_REQ_FUA, NULL, bdrv_req_frag_done);
+                          io->flags & (BDRV_REQ_FUA | BDRV_REQ_PRIO), NULL,
+                          bdrv_req_frag_done);
         } else if (bdrv_drv_has(bs, BDRV_OP_ZERO)) {
             int64_t max = bdrv_max_no_data(bs, bs->bl.max_pwrite_zeroes);
 
@@ -555,8 +557,8 @@ static void bdrv_req_step(BdrvRequest *req)
             break;
         }
         io->frag = MIN(io->end - io->pos, max);
-        bdrv_drv_call(req, BDRV_OP_DISCARD, io->pos, io->frag, NULL, 0,
-                      NULL, bdrv_req_frag_done);
+        bdrv_drv_call(req, BDRV_OP_DISCARD, io->pos, io->frag, NULL,
+                      io->flags, NULL, bdrv_req_frag_done);
         break;
     }
     default:
@@ -671,7 +673,8 @@ void bdrv_aio_pwrite(BlockDriverState *bs, int64_t offset, int64_t bytes,
 
     g_assert(offset >= 0 && bytes >= 0);
     req = bdrv_req_new(bs, BDRV_OP_WRITE, offset, bytes, (void *)buf,
-                       flags & (BDRV_REQ_FUA | BDRV_REQ_WRITE_COMPRESSED),
+                       flags & (BDRV_REQ_FUA | BDRV_REQ_WRITE_COMPRESSED |
+                                BDRV_REQ_PRIO),
                        cb, opaque);
     if (!bdrv_req_check_write(req)) {
         return;
@@ -727,7 +730,8 @@ static void bdrv_zero_unaligned_step(BdrvRequest *parent)
     zbuf = bdrv_zero_buffer(bs, &zsize);
     g_assert(next - pos <= zsize);
     parent->io.child_pos = next;
-    bdrv_aio_pwrite(bs, pos, next - pos, zbuf, parent->io.flags & BDRV_REQ_FUA,
+    bdrv_aio_pwrite(bs, pos, next - pos, zbuf,
+                    parent->io.flags & (BDRV_REQ_FUA | BDRV_REQ_PRIO),
                     bdrv_zero_child_done, parent);
 }
 
@@ -770,16 +774,19 @@ void bdrv_aio_pwrite_zeroes(BlockDriverState *bs, int64_t offset,
     bdrv_req_submit(req);
 }
 
-void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
-                       BlockCompletionFunc *cb, void *opaque)
+/* Discard, flush and block status take no flag but BDRV_REQ_PRIO, which
+ * only bdrv_aio_submit() passes them. */
+static void bdrv_do_pdiscard(BlockDriverState *bs, int64_t offset,
+                             int64_t bytes, BdrvRequestFlags flags,
+                             BlockCompletionFunc *cb, void *opaque)
 {
     int64_t align = bs->bl.request_alignment;
     BdrvRequest *req;
     int64_t end;
 
     g_assert(offset >= 0 && bytes >= 0);
-    req = bdrv_req_new(bs, BDRV_OP_DISCARD, offset, bytes, NULL, 0,
-                       cb, opaque);
+    req = bdrv_req_new(bs, BDRV_OP_DISCARD, offset, bytes, NULL,
+                       flags & BDRV_REQ_PRIO, cb, opaque);
     if (!bdrv_req_check_write(req)) {
         return;
     }
@@ -795,18 +802,30 @@ void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
     bdrv_req_submit(req);
 }
 
-void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
-                    void *opaque)
+void bdrv_aio_pdiscard(BlockDriverState *bs, int64_t offset, int64_t bytes,
+                       BlockCompletionFunc *cb, void *opaque)
 {
-    BdrvRequest *req = bdrv_req_new(bs, BDRV_OP_FLUSH, 0, 0, NULL, 0,
-                                    cb, opaque);
+    bdrv_do_pdiscard(bs, offset, bytes, 0, cb, opaque);
+}
+
+static void bdrv_do_flush(BlockDriverState *bs, BdrvRequestFlags flags,
+                          BlockCompletionFunc *cb, void *opaque)
+{
+    BdrvRequest *req = bdrv_req_new(bs, BDRV_OP_FLUSH, 0, 0, NULL,
+                                    flags & BDRV_REQ_PRIO, cb, opaque);
 
     if (!bdrv_drv_has(bs, BDRV_OP_FLUSH) || !(bs->open_flags & BDRV_O_RDWR)) {
         bdrv_req_finish_later(req, 0);
         return;
     }
-    bdrv_drv_call(req, BDRV_OP_FLUSH, 0, 0, NULL, 0, NULL,
+    bdrv_drv_call(req, BDRV_OP_FLUSH, 0, 0, NULL, req->io.flags, NULL,
                   bdrv_req_finish_cb);
+}
+
+void bdrv_aio_flush(BlockDriverState *bs, BlockCompletionFunc *cb,
+                    void *opaque)
+{
+    bdrv_do_flush(bs, 0, cb, opaque);
 }
 
 static void bdrv_block_status_done(void *opaque, int ret)
@@ -838,16 +857,17 @@ static void bdrv_block_status_done(void *opaque, int ret)
     bdrv_req_finish(req, ret);
 }
 
-void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
-                           int64_t bytes, GArray *extents,
-                           BlockCompletionFunc *cb, void *opaque)
+static void bdrv_do_block_status(BlockDriverState *bs, int64_t offset,
+                                 int64_t bytes, BdrvRequestFlags flags,
+                                 GArray *extents, BlockCompletionFunc *cb,
+                                 void *opaque)
 {
     BdrvRequest *req;
 
     g_assert(offset >= 0 && bytes > 0);
     bytes = MIN(bytes, bs->total_bytes - offset);
-    req = bdrv_req_new(bs, BDRV_OP_STATUS, offset, bytes, NULL, 0,
-                       cb, opaque);
+    req = bdrv_req_new(bs, BDRV_OP_STATUS, offset, bytes, NULL,
+                       flags & BDRV_REQ_PRIO, cb, opaque);
     req->io.extents = extents;
     req->io.first_extent = extents->len;
     if (bytes <= 0) {
@@ -864,8 +884,15 @@ void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
         bdrv_req_finish_later(req, 0);
         return;
     }
-    bdrv_drv_call(req, BDRV_OP_STATUS, offset, bytes, NULL, 0, extents,
-                  bdrv_block_status_done);
+    bdrv_drv_call(req, BDRV_OP_STATUS, offset, bytes, NULL, req->io.flags,
+                  extents, bdrv_block_status_done);
+}
+
+void bdrv_aio_block_status(BlockDriverState *bs, int64_t offset,
+                           int64_t bytes, GArray *extents,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    bdrv_do_block_status(bs, offset, bytes, 0, extents, cb, opaque);
 }
 
 void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
@@ -883,13 +910,13 @@ void bdrv_aio_submit(BlockDriverState *bs, BdrvOp op, int64_t offset,
         bdrv_aio_pwrite_zeroes(bs, offset, bytes, flags, cb, opaque);
         break;
     case BDRV_OP_DISCARD:
-        bdrv_aio_pdiscard(bs, offset, bytes, cb, opaque);
+        bdrv_do_pdiscard(bs, offset, bytes, flags, cb, opaque);
         break;
     case BDRV_OP_FLUSH:
-        bdrv_aio_flush(bs, cb, opaque);
+        bdrv_do_flush(bs, flags, cb, opaque);
         break;
     case BDRV_OP_STATUS:
-        bdrv_aio_block_status(bs, offset, bytes, extents, cb, opaque);
+        bdrv_do_block_status(bs, offset, bytes, flags, extents, cb, opaque);
         break;
     }
 }

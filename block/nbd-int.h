@@ -79,6 +79,9 @@ struct NbdBlkReq {
     uint32_t nbd_flags;         /* LIBNBD_CMD_FLAG_* */
     bool flush_after;           /* FUA without server FUA: write, flush */
     bool counted;               /* holds a slot in conn->in_flight */
+    bool ahead;                 /* queued ahead of the others (after
+                                 * those ahead already): a guest's
+                                 * (BDRV_REQ_PRIO) or a retried one */
     guint first_extent;         /* STATUS: extents->len at submission */
     int64_t status_start;       /* STATUS: aligned range sent */
     int64_t status_len;
@@ -397,6 +400,13 @@ bool nbdblk_done_pending(NbdBlkState *s);
  * freed by a completion, so nothing touches it afterwards.
  */
 void nbdblk_process_done(NbdBlkState *s);
+
+/*
+ * Queue @req on @q (s->queued, or a connection's send_queue under its
+ * send_lock): at the tail, or, when @req->ahead, behind the requests
+ * ahead already and before every other.
+ */
+void nbdblk_queue_push(GQueue *q, NbdBlkReq *req);
 
 /* Start queued requests while there are free slots on live
  * connections. */

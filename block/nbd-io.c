@@ -4,7 +4,10 @@
  * A request goes to the live connection with the fewest requests in
  * flight (ties rotate) among those that take requests (nbd-spread.c), at
  * most NBDBLK_MAX_IN_FLIGHT per connection; the rest wait in s->queued,
- * first in first out, and start as others finish.
+ * first in first out, and start as others finish; except that a guest's
+ * requests (BDRV_REQ_PRIO) and retried ones wait ahead of the others, in
+ * their own order (nbdblk_queue_push()), in s->queued and in a
+ * connection's send_queue alike.
  * Nothing here blocks.
  *
  * Each connection's sender thread (nbd-sender.c) hands its requests to
@@ -253,6 +256,19 @@ static void nbdblk_issue(NbdBlkConn *c, NbdBlkReq *req)
     nbdblk_conn_check(c);
 }
 
+void nbdblk_queue_push(GQueue *q, NbdBlkReq *req)
+{
+    GList *l = NULL;
+
+    if (req->ahead) {
+        l = q->head;
+        while (l && ((NbdBlkReq *)l->data)->ahead) {
+            l = l->next;
+        }
+    }
+    g_queue_insert_before_link(q, l, &req->link);   /* NULL: at the tail */
+}
+
 /* Start @req now on the least busy connection, or queue it. */
 static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
 {
@@ -266,7 +282,7 @@ static void nbdblk_submit(NbdBlkState *s, NbdBlkReq *req)
     /* None while reconnecting (all dead otherwise sets dead_errno). */
     if (!c || !g_queue_is_empty(&s->queued) ||
         c->in_flight >= NBDBLK_MAX_IN_FLIGHT) {
-        g_queue_push_tail_link(&s->queued, &req->link);
+        nbdblk_queue_push(&s->queued, req);
         return;
     }
     req->counted = true;
@@ -371,6 +387,7 @@ static void nbdblk_retry(NbdBlkState *s, NbdBlkReq *req, GQueue *retry)
     }
     req->conn = NULL;
     req->ret = 0;
+    req->ahead = true;
     s->nr_retried++;
     if (req->op == NBDBLK_OP_STATUS) {
         /* What the dead connection's reply added goes. */
@@ -550,8 +567,9 @@ static void nbdblk_flush(NbdBlkState *s, NbdBlkReq *req)
                                           NBDBLK_OP_FLUSH, 0, 0);
 
         part->parent = req;
+        part->ahead = req->ahead;
         req->parts = 1;
-        g_queue_push_tail_link(&s->queued, &part->link);
+        nbdblk_queue_push(&s->queued, part);
         return;
     }
     /* Parts hold no slot: a flush must not wait behind a full queue. */
@@ -612,6 +630,7 @@ void nbdblk_aio_submit(BlockDriverState *bs, BdrvRequest *breq)
                                      ops[breq->op], breq->offset,
                                      breq->bytes);
 
+    req->ahead = flags & BDRV_REQ_PRIO;
     switch (breq->op) {
     case BDRV_OP_READ:
         break;

@@ -122,7 +122,7 @@ void nbdblk_sender_kick(NbdBlkConn *c)
 void nbdblk_sender_push(NbdBlkConn *c, NbdBlkReq *req)
 {
     g_mutex_lock(&c->send_lock);
-    g_queue_push_tail_link(&c->send_queue, &req->link);
+    nbdblk_queue_push(&c->send_queue, req);
     g_mutex_unlock(&c->send_lock);
     nbdblk_sender_kick(c);
 }

@@ -5,6 +5,11 @@
  * and the pool's eventfd is bumped; a GSource on the owning main context
  * reads the eventfd and runs the completions there.
  *
+ * Urgent work (a guest's requests) goes first at every queue here: the
+ * GThreadPool's queue is sorted by (class, sequence number), the CPU-bound
+ * jobs and the completions wait in two queues each, and the urgent one is
+ * always emptied first.  FIFO within a class.
+ *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -19,7 +24,9 @@
 
 typedef struct ThreadPoolRequest {
     ThreadPool *pool;
-    ThreadPoolFunc *func;
+    bool urgent;
+    uint64_t seq;               /* submission order, for the sort */
+    ThreadPoolFunc *func;       /* NULL: a CPU runner's token */
     void *arg;
     BlockCompletionFunc *cb;
     void *opaque;
@@ -29,16 +36,17 @@ typedef struct ThreadPoolRequest {
 struct ThreadPool {
     GMainContext *ctx;
     GThreadPool *workers;
+    uint64_t seq;               /* the next ThreadPoolRequest.seq (the
+                                 * owning context's thread only) */
     GAsyncQueue *done;
+    GAsyncQueue *done_urgent;
     int efd;
     GSource *source;
     GAsyncQueue *cpu_jobs;      /* thread_pool_submit_cpu(), not yet run */
+    GAsyncQueue *cpu_urgent;    /* ... those with THREAD_POOL_URGENT */
     int cpu_runners;            /* atomic: workers running them */
     int cpu_max;                /* at most that many runners */
 };
-
-/* Pushed to the workers in place of a request: run CPU-bound jobs. */
-static char cpu_runner_token;
 
 static void thread_pool_run(ThreadPool *pool, ThreadPoolRequest *req)
 {
@@ -46,7 +54,7 @@ static void thread_pool_run(ThreadPool *pool, ThreadPoolRequest *req)
     ssize_t r;
 
     req->ret = req->func(req->arg);
-    g_async_queue_push(pool->done, req);
+    g_async_queue_push(req->urgent ? pool->done_urgent : pool->done, req);
     do {
         r = write(pool->efd, &one, sizeof(one));
     } while (r < 0 && errno == EINTR);
@@ -76,23 +84,40 @@ static void thread_pool_cpu_runner(ThreadPool *pool)
     do {
         ThreadPoolRequest *req;
 
-        while ((req = g_async_queue_try_pop(pool->cpu_jobs))) {
+        while ((req = g_async_queue_try_pop(pool->cpu_urgent)) ||
+               (req = g_async_queue_try_pop(pool->cpu_jobs))) {
             thread_pool_run(pool, req);
         }
         g_atomic_int_add(&pool->cpu_runners, -1);
-    } while (g_async_queue_length(pool->cpu_jobs) > 0 &&
+    } while ((g_async_queue_length(pool->cpu_urgent) > 0 ||
+              g_async_queue_length(pool->cpu_jobs) > 0) &&
              thread_pool_cpu_claim(pool));
 }
 
 static void thread_pool_worker(gpointer data, gpointer user_data)
 {
     ThreadPool *pool = user_data;
+    ThreadPoolRequest *req = data;
 
-    if (data == &cpu_runner_token) {
+    if (!req->func) {
+        g_free(req);            /* a token: become a CPU runner */
         thread_pool_cpu_runner(pool);
     } else {
-        thread_pool_run(pool, data);
+        thread_pool_run(pool, req);
     }
+}
+
+/* The GThreadPool's queue order: urgent first, then submission order. */
+static gint thread_pool_compare(gconstpointer a, gconstpointer b,
+                                gpointer user_data)
+{
+    const ThreadPoolRequest *ra = a;
+    const ThreadPoolRequest *rb = b;
+
+    if (ra->urgent != rb->urgent) {
+        return ra->urgent ? -1 : 1;
+    }
+    return ra->seq < rb->seq ? -1 : ra->seq > rb->seq;
 }
 
 static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
@@ -105,7 +130,8 @@ static gboolean thread_pool_dispatch(gint fd, GIOCondition cond,
     if (read(pool->efd, &n, sizeof(n)) < 0 && errno != EAGAIN) {
         g_error("thread pool eventfd read failed: %s", g_strerror(errno));
     }
-    while ((req = g_async_queue_try_pop(pool->done))) {
+    while ((req = g_async_queue_try_pop(pool->done_urgent)) ||
+           (req = g_async_queue_try_pop(pool->done))) {
         req->cb(req->opaque, req->ret);
         g_free(req);
     }
@@ -119,17 +145,20 @@ static ThreadPool *thread_pool_new(GMainContext *ctx, int max_threads)
 
     pool->ctx = g_main_context_ref(ctx);
     pool->done = g_async_queue_new();
+    pool->done_urgent = g_async_queue_new();
     pool->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (pool->efd < 0) {
         g_error("eventfd: %s", g_strerror(errno));
     }
     pool->cpu_jobs = g_async_queue_new();
+    pool->cpu_urgent = g_async_queue_new();
     pool->cpu_max = CLAMP((int)g_get_num_processors(), 1, max_threads);
     pool->workers = g_thread_pool_new(thread_pool_worker, pool, max_threads,
                                       FALSE, &err);
     if (!pool->workers) {
         g_error("cannot create thread pool: %s", err->message);
     }
+    g_thread_pool_set_sort_function(pool->workers, thread_pool_compare, NULL);
     pool->source = g_unix_fd_source_new(pool->efd, G_IO_IN);
     g_source_set_callback(pool->source, G_SOURCE_FUNC(thread_pool_dispatch),
                           pool, NULL);
@@ -168,7 +197,10 @@ ThreadPool *thread_pool_get(void)
     return pool;
 }
 
+/* A request (or, with @func NULL, a CPU runner's token) in the class of
+ * @flags, numbered in submission order. */
 static ThreadPoolRequest *thread_pool_req_new(ThreadPool *pool,
+                                              ThreadPoolFlags flags,
                                               ThreadPoolFunc *func,
                                               void *arg,
                                               BlockCompletionFunc *cb,
@@ -177,28 +209,44 @@ static ThreadPoolRequest *thread_pool_req_new(ThreadPool *pool,
     ThreadPoolRequest *req = g_new(ThreadPoolRequest, 1);
 
     *req = (ThreadPoolRequest) {
-        .pool = pool, .func = func, .arg = arg, .cb = cb, .opaque = opaque,
+        .pool = pool, .urgent = flags & THREAD_POOL_URGENT,
+        .seq = pool->seq++,
+        .func = func, .arg = arg, .cb = cb, .opaque = opaque,
     };
     return req;
+}
+
+void thread_pool_submit_full(ThreadPool *pool, ThreadPoolFlags flags,
+                             ThreadPoolFunc *func, void *arg,
+                             BlockCompletionFunc *cb, void *opaque)
+{
+    ThreadPoolRequest *req = thread_pool_req_new(pool, flags, func, arg,
+                                                 cb, opaque);
+
+    if (!(flags & THREAD_POOL_CPU)) {
+        g_thread_pool_push(pool->workers, req, NULL);
+        return;
+    }
+    g_async_queue_push(req->urgent ? pool->cpu_urgent : pool->cpu_jobs, req);
+    if (thread_pool_cpu_claim(pool)) {
+        g_thread_pool_push(pool->workers,
+                           thread_pool_req_new(pool, flags, NULL, NULL,
+                                               NULL, NULL),
+                           NULL);
+    }
 }
 
 void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
                         BlockCompletionFunc *cb, void *opaque)
 {
-    g_thread_pool_push(pool->workers,
-                       thread_pool_req_new(pool, func, arg, cb, opaque),
-                       NULL);
+    thread_pool_submit_full(pool, 0, func, arg, cb, opaque);
 }
 
 void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
                             void *arg, BlockCompletionFunc *cb,
                             void *opaque)
 {
-    g_async_queue_push(pool->cpu_jobs,
-                       thread_pool_req_new(pool, func, arg, cb, opaque));
-    if (thread_pool_cpu_claim(pool)) {
-        g_thread_pool_push(pool->workers, &cpu_runner_token, NULL);
-    }
+    thread_pool_submit_full(pool, THREAD_POOL_CPU, func, arg, cb, opaque);
 }
 
 void thread_pool_set_threads(int threads)

@@ -39,19 +39,39 @@ ThreadPool *thread_pool_get(void);
  */
 void thread_pool_set_threads(int threads);
 
+/* How thread_pool_submit_full() queues a piece of work. */
+typedef enum ThreadPoolFlags {
+    THREAD_POOL_URGENT = 0x1,   /* a guest's request (BDRV_REQ_PRIO): it
+                                 * starts before every queued piece of work
+                                 * without the flag, and its completion
+                                 * runs before theirs in a dispatch; FIFO
+                                 * within each class */
+    THREAD_POOL_CPU    = 0x2,   /* CPU-bound (thread_pool_submit_cpu()) */
+} ThreadPoolFlags;
+
 /*
  * Run @func(@arg) on a worker; afterwards run @cb(@opaque, ret) on the main
- * context the pool belongs to.  Never calls @cb before returning.
+ * context the pool belongs to.  Never calls @cb before returning.  Work
+ * starts in submission order, and completions run in the order the work
+ * finished, except that THREAD_POOL_URGENT work goes first in both (see
+ * ThreadPoolFlags); with THREAD_POOL_CPU it is CPU-bound work, queued as
+ * thread_pool_submit_cpu() says.  Called on the pool's main context.
  */
+void thread_pool_submit_full(ThreadPool *pool, ThreadPoolFlags flags,
+                             ThreadPoolFunc *func, void *arg,
+                             BlockCompletionFunc *cb, void *opaque);
+
+/* thread_pool_submit_full() with no flags. */
 void thread_pool_submit(ThreadPool *pool, ThreadPoolFunc *func, void *arg,
                         BlockCompletionFunc *cb, void *opaque);
 
 /*
  * thread_pool_submit() for work that keeps a CPU busy (copies between
  * page-cache files, compression): at most one such job per CPU runs at a
- * time, the others wait in submission order, and a worker that finishes
- * one goes on with the next.  More of them at once would only fight for
- * the CPUs, and for the locks of the files they write.
+ * time, the others wait in submission order (urgent ones first, with
+ * thread_pool_submit_full()), and a worker that finishes one goes on with
+ * the next.  More of them at once would only fight for the CPUs, and for
+ * the locks of the files they write.
  */
 void thread_pool_submit_cpu(ThreadPool *pool, ThreadPoolFunc *func,
                             void *arg, BlockCompletionFunc *cb,

@@ -246,7 +246,11 @@ static void nbdsrv_cmd_trim_cb(void *opaque, int ret)
 
     if (ret == 0 && (req->h.flags & NBD_CMD_FLAG_FUA) &&
         !req->client->closed) {
-        bdrv_aio_flush(req->client->srv->bs, nbdsrv_cmd_done_cb, req);
+        NbdServer *srv = req->client->srv;
+
+        bdrv_aio_submit(srv->bs, BDRV_OP_FLUSH, 0, 0, NULL,
+                        nbdsrv_req_flags(srv), NULL, nbdsrv_cmd_done_cb,
+                        req);
         return;
     }
     nbdsrv_cmd_done(req, ret);
@@ -336,11 +340,12 @@ static void nbdsrv_gate_submit(NbdServer *srv, NbdRequest *req)
         req->client->gate_seq = ++srv->gate_seq;
     }
     if (h->type == NBD_CMD_READ) {
-        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf, 0,
-                       nbdsrv_cmd_done_cb, req);
+        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf,
+                       nbdsrv_req_flags(srv), nbdsrv_cmd_done_cb, req);
     } else {
         bdrv_aio_pwrite(srv->bs, h->offset, h->len, req->buf,
-                        h->flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0,
+                        (h->flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0) |
+                        nbdsrv_req_flags(srv),
                         nbdsrv_cmd_done_cb, req);
     }
 }
@@ -422,6 +427,7 @@ static BdrvRequestFlags nbdsrv_zero_flags(uint16_t flags)
 static void nbdsrv_cmd_submit(NbdClient *c, NbdRequest *req)
 {
     BlockDriverState *bs = c->srv->bs;
+    BdrvRequestFlags prio = nbdsrv_req_flags(c->srv);
     const NbdRequestHeader *h = &req->h;
 
     switch (h->type) {
@@ -437,17 +443,18 @@ static void nbdsrv_cmd_submit(NbdClient *c, NbdRequest *req)
         c->rstate = NBDR_PAYLOAD;
         break;
     case NBD_CMD_TRIM:
-        bdrv_aio_pdiscard(bs, h->offset, h->len, nbdsrv_cmd_trim_cb, req);
+        bdrv_aio_submit(bs, BDRV_OP_DISCARD, h->offset, h->len, NULL, prio,
+                        NULL, nbdsrv_cmd_trim_cb, req);
         break;
     case NBD_CMD_WRITE_ZEROES:
         bdrv_aio_pwrite_zeroes(bs, h->offset, h->len,
-                               nbdsrv_zero_flags(h->flags),
+                               nbdsrv_zero_flags(h->flags) | prio,
                                nbdsrv_cmd_done_cb, req);
         break;
     case NBD_CMD_BLOCK_STATUS:
         req->extents = g_array_new(FALSE, FALSE, sizeof(BlockExtent));
-        bdrv_aio_block_status(bs, h->offset, h->len, req->extents,
-                              nbdsrv_cmd_done_cb, req);
+        bdrv_aio_submit(bs, BDRV_OP_STATUS, h->offset, h->len, NULL, prio,
+                        req->extents, nbdsrv_cmd_done_cb, req);
         break;
     default:
         g_assert_not_reached();
@@ -495,7 +502,9 @@ bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h)
         return true;
     }
     if (h->type == NBD_CMD_FLUSH) {
-        bdrv_aio_flush(srv->bs, nbdsrv_cmd_done_cb, req);
+        bdrv_aio_submit(srv->bs, BDRV_OP_FLUSH, 0, 0, NULL,
+                        nbdsrv_req_flags(srv), NULL, nbdsrv_cmd_done_cb,
+                        req);
     } else if (!h->len) {
         nbdsrv_cmd_done(req, 0);        /* nothing to do */
     } else {

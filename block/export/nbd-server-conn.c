@@ -369,6 +369,7 @@ static gboolean nbdsrv_client_writable(int fd, GIOCondition cond,
     bool ok = true;
 
     nbdsrv_client_ref(c);
+    nbdsrv_client_turn(c);
     if (!g_queue_is_empty(&c->out)) {
         ok = nbdsrv_client_send(c);
     } else if (c->rstate == NBDR_TLS_HANDSHAKE) {
@@ -579,6 +580,7 @@ static gboolean nbdsrv_client_readable(int fd, GIOCondition cond,
     NbdClient *c = opaque;
 
     nbdsrv_client_ref(c);
+    nbdsrv_client_turn(c);
     if (c->rstate == NBDR_TLS_HANDSHAKE) {
         nbdsrv_client_tls_step(c);
     } else {
@@ -602,6 +604,7 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
 {
     NbdClient *c = opaque;
 
+    nbdsrv_client_turn(c);
     nbdsrv_source_clear(&c->kick_src);
     nbdsrv_client_ref(c);
     nbdsrv_client_process(c);
@@ -614,10 +617,59 @@ static gboolean nbdsrv_client_kick_cb(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
+/* @c's sources at the priority nbdsrv_client_priority() says. */
+static void nbdsrv_client_reprioritize(NbdClient *c)
+{
+    GSource *srcs[] = { c->in_src, c->out_src, c->kick_src };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(srcs); i++) {
+        if (srcs[i]) {
+            g_source_set_priority(srcs[i], nbdsrv_client_priority(c));
+        }
+    }
+}
+
+/* The default-priority sources had a turn: every connection back to
+ * guest priority, its count restarted. */
+static gboolean nbdsrv_fair_cb(gpointer opaque)
+{
+    NbdServer *srv = opaque;
+
+    nbdsrv_source_clear(&srv->fair_src);
+    for (GList *l = srv->clients.head; l; l = l->next) {
+        NbdClient *c = l->data;
+
+        c->prio_turns = 0;
+        if (c->yielded) {
+            c->yielded = false;
+            nbdsrv_client_reprioritize(c);
+        }
+    }
+    return G_SOURCE_REMOVE;
+}
+
+void nbdsrv_client_turn(NbdClient *c)
+{
+    NbdServer *srv = c->srv;
+
+    if (!srv->guest_priority || c->yielded ||
+        ++c->prio_turns < NBDSRV_PRIO_TURNS) {
+        return;
+    }
+    c->yielded = true;
+    srv->stats.prio_yields++;
+    nbdsrv_client_reprioritize(c);
+    if (!srv->fair_src) {
+        srv->fair_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0,
+                                     nbdsrv_fair_cb, srv);
+    }
+}
+
 static void nbdsrv_client_kick(NbdClient *c)
 {
     if (!c->kick_src && !c->closed) {
-        c->kick_src = nbdsrv_timer(c->srv, 0, nbdsrv_client_kick_cb, c);
+        c->kick_src = nbdsrv_timer(c->srv, nbdsrv_client_priority(c),
+                                   0, nbdsrv_client_kick_cb, c);
     }
 }
 
@@ -629,8 +681,8 @@ static void nbdsrv_client_watch(NbdClient *c, GSource **src, bool want,
                                 GIOCondition cond, GUnixFDSourceFunc fn)
 {
     if (want && !*src) {
-        *src = nbdsrv_fd_watch(c->srv, c->fd, cond | G_IO_HUP | G_IO_ERR,
-                               fn, c);
+        *src = nbdsrv_fd_watch(c->srv, nbdsrv_client_priority(c),
+                               c->fd, cond | G_IO_HUP | G_IO_ERR, fn, c);
     } else if (!want) {
         nbdsrv_source_clear(src);
     }
@@ -698,7 +750,8 @@ void nbdsrv_client_unref(NbdClient *c)
     if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
         /* We may be inside a block layer completion: release the node
          * from the main loop. */
-        srv->final_src = nbdsrv_timer(srv, 0, nbdsrv_finalize_cb, srv);
+        srv->final_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0,
+                                      nbdsrv_finalize_cb, srv);
     }
 }
 

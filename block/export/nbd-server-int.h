@@ -232,6 +232,9 @@ struct NbdClient {
     GSource *in_src;
     GSource *out_src;
     GSource *kick_src;      /* idle: resume parsing buffered input */
+    unsigned prio_turns;    /* dispatches at guest priority in a row */
+    bool yielded;           /* at the default priority until srv's
+                             * fair_src ran */
 
     /* TLS (nbd-server-tls.c): a session from NBD_OPT_STARTTLS on; all
      * I/O goes through it once tls_ready. */
@@ -313,17 +316,52 @@ struct NbdServer {
     int64_t payload_timeout_ms;
     char *addr;             /* as given, PORT 0 replaced by the port */
     NbdTlsCreds *tls;       /* NULL: no TLS */
+    bool guest_priority;    /* nbdsrv_set_guest_priority() */
+    GSource *fair_src;      /* idle: yielded connections back to guest
+                             * priority */
     NbdServerStats stats;
 };
 
+/*
+ * The priority of @c's sources (read and write watches, idle kick).  With
+ * guest priority it is NBDSRV_GUEST_PRIORITY, above the default priority
+ * of every other source of the loop (the block layer's completions, the
+ * job's timers, the listening socket, QMP), so that a guest request that
+ * arrives while job completions are ready is read and submitted first.
+ * It cannot starve the rest: a connection stops reading at its request
+ * and byte limits, and its requests complete, and free those limits, only
+ * through the block layer's default-priority sources; a connection with
+ * nothing to read or send has no source ready at all.  Requests answered
+ * without the block layer (errors, empty ones) hold no limit, so a client
+ * sending nothing else could keep its sources ready; so every
+ * NBDSRV_PRIO_TURNS dispatches a connection yields, at the default
+ * priority, until the default-priority sources had a turn
+ * (nbdsrv_client_turn()).
+ */
+static inline int nbdsrv_client_priority(NbdClient *c)
+{
+    return c->srv->guest_priority && !c->yielded ? NBDSRV_GUEST_PRIORITY
+                                                 : G_PRIORITY_DEFAULT;
+}
+
+/* Count a dispatch of @c's sources (see nbdsrv_client_priority()). */
+void nbdsrv_client_turn(NbdClient *c);
+
+/* The request flags of @srv's requests to its node. */
+static inline BdrvRequestFlags nbdsrv_req_flags(NbdServer *srv)
+{
+    return srv->guest_priority ? BDRV_REQ_PRIO : 0;
+}
+
 /* ---- block/export/nbd-server.c: the server ---- */
 
-/* An fd watch / a timer (0 ms: an idle) on the server's context; the
- * caller owns the returned reference. */
-GSource *nbdsrv_fd_watch(NbdServer *srv, int fd, GIOCondition cond,
-                         GUnixFDSourceFunc fn, void *opaque);
-GSource *nbdsrv_timer(NbdServer *srv, guint ms, GSourceFunc fn,
-                      void *opaque);
+/* An fd watch / a timer (0 ms: an idle) at GLib @priority on the
+ * server's context; the caller owns the returned reference. */
+GSource *nbdsrv_fd_watch(NbdServer *srv, int priority, int fd,
+                         GIOCondition cond, GUnixFDSourceFunc fn,
+                         void *opaque);
+GSource *nbdsrv_timer(NbdServer *srv, int priority, guint ms,
+                      GSourceFunc fn, void *opaque);
 /* Destroy and unref *@src (if any); safe inside its own dispatch. */
 void nbdsrv_source_clear(GSource **src);
 

@@ -24,23 +24,26 @@
 
 /* ---- sources on the server's context ---- */
 
-GSource *nbdsrv_fd_watch(NbdServer *srv, int fd, GIOCondition cond,
-                         GUnixFDSourceFunc fn, void *opaque)
+GSource *nbdsrv_fd_watch(NbdServer *srv, int priority, int fd,
+                         GIOCondition cond, GUnixFDSourceFunc fn,
+                         void *opaque)
 {
     GSource *src = g_unix_fd_source_new(fd, cond);
 
+    g_source_set_priority(src, priority);
     g_source_set_callback(src, G_SOURCE_FUNC(fn), opaque, NULL);
     g_source_attach(src, srv->ctx);
     return src;
 }
 
-GSource *nbdsrv_timer(NbdServer *srv, guint ms, GSourceFunc fn,
-                      void *opaque)
+GSource *nbdsrv_timer(NbdServer *srv, int priority, guint ms,
+                      GSourceFunc fn, void *opaque)
 {
     GSource *src = ms ? g_timeout_source_new(ms) : g_idle_source_new();
 
-    /* Idle kicks must not starve behind busy sockets. */
-    g_source_set_priority(src, G_PRIORITY_DEFAULT);
+    /* Idle kicks must not starve behind busy sockets: never below
+     * the default priority. */
+    g_source_set_priority(src, priority);
     g_source_set_callback(src, fn, opaque, NULL);
     g_source_attach(src, srv->ctx);
     return src;
@@ -77,7 +80,8 @@ void nbdsrv_update_listen(NbdServer *srv)
         srv->stats.full++;
     }
     if (want && !srv->listen_src) {
-        srv->listen_src = nbdsrv_fd_watch(srv, srv->listen_fd, G_IO_IN,
+        srv->listen_src = nbdsrv_fd_watch(srv, G_PRIORITY_DEFAULT,
+                                          srv->listen_fd, G_IO_IN,
                                           nbdsrv_accept_cb, srv);
     } else if (!want) {
         nbdsrv_source_clear(&srv->listen_src);
@@ -119,7 +123,8 @@ static gboolean nbdsrv_accept_cb(int fd, GIOCondition cond,
                         errno == ENOBUFS || errno == ENOMEM)) {
             /* Out of descriptors: retry later instead of spinning. */
             nbdsrv_source_clear(&srv->listen_src);
-            srv->accept_retry_src = nbdsrv_timer(srv, NBDSRV_ACCEPT_RETRY_MS,
+            srv->accept_retry_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT,
+                                                 NBDSRV_ACCEPT_RETRY_MS,
                                                  nbdsrv_accept_retry_cb,
                                                  srv);
             return G_SOURCE_REMOVE;
@@ -361,7 +366,8 @@ static void nbdsrv_start_tick(NbdServer *srv)
         ms = MIN(ms, srv->payload_timeout_ms / 4);
     }
     nbdsrv_source_clear(&srv->tick_src);
-    srv->tick_src = nbdsrv_timer(srv, MAX(ms, 10), nbdsrv_tick_cb, srv);
+    srv->tick_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, MAX(ms, 10),
+                                 nbdsrv_tick_cb, srv);
 }
 
 /* ---- public API ---- */
@@ -486,6 +492,7 @@ void nbdsrv_free(NbdServer *srv)
     nbdsrv_stop_listening(srv);
     nbdsrv_disconnect_all(srv);
     nbdsrv_source_clear(&srv->tick_src);
+    nbdsrv_source_clear(&srv->fair_src);
     srv->freed = true;
     if (g_queue_is_empty(&srv->clients)) {
         nbdsrv_finalize(srv);
@@ -581,6 +588,11 @@ void nbdsrv_set_tls(NbdServer *srv, NbdTlsCreds *creds)
 {
     nbdsrv_tls_creds_free(srv->tls);
     srv->tls = creds;
+}
+
+void nbdsrv_set_guest_priority(NbdServer *srv, bool on)
+{
+    srv->guest_priority = on;
 }
 
 const char *nbdsrv_get_address(NbdServer *srv)

@@ -97,6 +97,9 @@ typedef struct NbdServerStats {
     uint64_t tls_required;      /* options answered NBD_REP_ERR_TLS_REQD
                                  * (or NBD_OPT_EXPORT_NAME closed) for want
                                  * of TLS */
+    uint64_t prio_yields;       /* times a connection, at guest priority,
+                                 * let the default-priority sources run
+                                 * (NBDSRV_PRIO_TURNS) */
 } NbdServerStats;
 
 /*
@@ -279,6 +282,27 @@ void nbdsrv_set_budget(NbdServer *srv, uint64_t bytes);
 /* The address clients use: the ADDR given to nbdsrv_new() with a TCP
  * PORT 0 replaced by the bound port.  Owned by the server. */
 const char *nbdsrv_get_address(NbdServer *srv);
+
+/* GLib priority of the connections' sources with guest priority. */
+#define NBDSRV_GUEST_PRIORITY       (G_PRIORITY_DEFAULT - 10)
+
+/* Every so many dispatches of a connection's sources at guest priority,
+ * the default-priority sources get a turn before the next one. */
+#define NBDSRV_PRIO_TURNS           64
+
+/*
+ * Guest priority (default off): the export's clients are the guest, and
+ * their requests go ahead of the node's other I/O (a mirror job's).  When
+ * on, every request the server submits carries BDRV_REQ_PRIO (served
+ * first at every queue of the block layer), and the connections' sources
+ * (socket watches, idle kicks) run at NBDSRV_GUEST_PRIORITY, above the
+ * default priority of the loop's other sources, so that a request that
+ * arrives while completions of the job are ready is read and submitted
+ * before they run.  The listening socket and the server's timers stay at
+ * the default priority.  Call it right after nbdsrv_new(), before the
+ * main loop runs.
+ */
+void nbdsrv_set_guest_priority(NbdServer *srv, bool on);
 
 /* The NBD_INFO_DESCRIPTION text (default "qemu-mirror export (FORMAT)").
  * At most 4096 bytes of UTF-8; returns false otherwise. */
