@@ -560,6 +560,8 @@ int cmd_start(int argc, char **argv)
         }
         /* Checked above, before anything was opened. */
         tool_export_opts_apply(&export_opts, "--export-", export);
+        /* Guest-first: the export's requests go ahead of the job's. */
+        nbdsrv_set_guest_priority(export, p.guest_priority);
         mirror_job_set_top(job, top);
         /* Like serve's "serving on ADDR", with PORT 0 resolved; on stderr,
          * as stdout may carry --json events. */

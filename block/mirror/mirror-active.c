@@ -183,13 +183,14 @@ static void mirror_active_source_done(void *opaque, int ret)
     a->bytes += wend - wstart;
     if (op->kind == MIRROR_WRITE_ZERO) {
         bdrv_aio_pwrite_zeroes(a->dst, wstart, wend - wstart,
-                               op->flags & BDRV_REQ_MAY_UNMAP,
+                               op->flags & (BDRV_REQ_MAY_UNMAP |
+                                            BDRV_REQ_PRIO),
                                mirror_active_target_done, op);
     } else {
         bdrv_aio_pwrite(a->dst, wstart, wend - wstart,
                         (const uint8_t *)op->buf + (wstart - op->offset),
-                        op->flags & BDRV_REQ_FUA, mirror_active_target_done,
-                        op);
+                        op->flags & (BDRV_REQ_FUA | BDRV_REQ_PRIO),
+                        mirror_active_target_done, op);
     }
 }
 
@@ -209,8 +210,9 @@ static void mirror_active_run(MirrorActiveOp *op)
                                mirror_active_source_done, op);
         break;
     case MIRROR_WRITE_DISCARD:
-        bdrv_aio_pdiscard(a->src, op->offset, op->bytes,
-                          mirror_active_source_done, op);
+        bdrv_aio_submit(a->src, BDRV_OP_DISCARD, op->offset, op->bytes,
+                        NULL, op->flags & BDRV_REQ_PRIO, NULL,
+                        mirror_active_source_done, op);
         break;
     }
 }
