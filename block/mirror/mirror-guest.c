@@ -109,14 +109,13 @@ static void mirror_guest_probe_step(MirrorGuest *g, int64_t now)
     }
 }
 
-/* Set the pace to @pace bytes/s (0: none) and the cap that follows. */
+/* Set the pace to @pace bytes/s (0: none) and the cap that follows.
+ * While guests are busy it stays within twice what the job achieves,
+ * so that it can always be cut where it bites. */
 static void mirror_guest_set_pace(MirrorGuest *g, double pace)
 {
-    if (pace && pace >= 2 * MAX(g->copy_rate, g->floor)) {
-        pace = 0;               /* no limit on what the job achieves */
-    }
     if (pace) {
-        pace = MAX(pace, g->floor);
+        pace = MAX(MIN(pace, 2 * MAX(g->copy_rate, g->floor)), g->floor);
     }
     g->pace = pace;
     ratelimit_set_speed(&g->pacer, (uint64_t)pace,
@@ -143,9 +142,12 @@ static void mirror_guest_update(MirrorGuest *g, int64_t now)
                    g->owner->dirty_rate(g->opaque, now) *
                    MIRROR_GUEST_CONVERGE_PCT / 100);
     if (!g->period_reqs && !g->period_busy) {
-        /* Idle guests: give the job its share back quickly. */
+        /* Idle guests: give the job its share back quickly, and all of
+         * it (no pace) once it is twice what the job achieves. */
         if (g->pace) {
-            mirror_guest_set_pace(g, g->pace * 2);
+            mirror_guest_set_pace(g, g->pace * 2 >= 2 * MAX(g->copy_rate,
+                                                            g->floor)
+                                     ? 0 : g->pace * 2);
         }
         mirror_guest_new_period(g, now);
         return;
@@ -225,6 +227,11 @@ bool mirror_guest_may_issue(MirrorGuest *g, int64_t now)
 int64_t mirror_guest_cap(const MirrorGuest *g)
 {
     return g->on ? g->cap : g->max_cap;
+}
+
+int64_t mirror_guest_op_max(const MirrorGuest *g)
+{
+    return g->on && g->pace ? MIRROR_GUEST_OP_MAX : INT64_MAX;
 }
 
 int64_t mirror_guest_delay(MirrorGuest *g, int64_t now, int64_t bytes)

@@ -6,9 +6,9 @@
  * to its completion (in write-blocking mode that includes the target's
  * share).  The job's share is a pace, in bytes per second, that follows
  * that latency (AIMD); the job's window of COPY bytes in flight is what
- * the pace moves in MIRROR_GUEST_WINDOW_NS (at least one granule), so a
- * slow pace also means small operations, which hold the CPUs and the
- * queues for less time each:
+ * the pace moves in MIRROR_GUEST_WINDOW_NS (at least one granule), and
+ * its operations are at most MIRROR_GUEST_OP_MAX while it is paced, so
+ * that each holds the loop, the CPUs and the queues for less time:
  *
  * - The goal is the guests' mean latency without the job (the base)
  *   times MIRROR_GUEST_GOAL_PCT / 100, plus MIRROR_GUEST_SLACK_NS.  A
@@ -20,10 +20,11 @@
  * - Every MIRROR_GUEST_PERIOD_NS the mean latency of the guest requests
  *   that ended in the period is compared with the goal: above it, the
  *   pace halves (the first time: half the rate the job copied at); at or
- *   below it, the pace grows by a quarter; a period in which no guest
- *   request ended nor was in flight (the guests are idle) doubles it.
- *   A pace twice what the job achieves is no limit at all: the job runs
- *   free with the window it would have without guests.
+ *   below it, the pace grows by a quarter, up to twice what the job
+ *   achieves; a period in which no guest request ended nor was in
+ *   flight (the guests are idle) doubles it, and lifts it once it is
+ *   twice what the job achieves: the job runs free, with the window and
+ *   operations it would have without guests.
  * - The floor: the pace never goes below the minimum copy rate
  *   (--min-copy-rate), nor below MIRROR_GUEST_CONVERGE_PCT percent of
  *   the rate at which guests dirty what was copied (a job slower than
@@ -55,6 +56,7 @@
 #define MIRROR_GUEST_PROBE_EVERY_NS     (2000 * 1000 * 1000LL)
 #define MIRROR_GUEST_WINDOW_NS          (4 * 1000 * 1000LL)
 #define MIRROR_GUEST_CONVERGE_PCT       125
+#define MIRROR_GUEST_OP_MAX             (256 * 1024LL)
 #define MIRROR_GUEST_PACE_SLICE_NS      (1000 * 1000LL)
 
 typedef struct MirrorGuestOwner {
@@ -154,6 +156,10 @@ bool mirror_guest_may_issue(MirrorGuest *g, int64_t now_ns);
 
 /* The most COPY bytes the job may have in flight now. */
 int64_t mirror_guest_cap(const MirrorGuest *g);
+
+/* The largest COPY operation the job may start now (INT64_MAX: its
+ * own chunk size). */
+int64_t mirror_guest_op_max(const MirrorGuest *g);
 
 /*
  * The job would start a COPY of @bytes now: 0 when the pace allows it

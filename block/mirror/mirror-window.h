@@ -48,6 +48,7 @@ typedef struct MirrorWindow {
     int cur_max_bufs;
     int64_t cap;                /* at most this many COPY bytes in flight
                                  * (the guests' share, mirror-guest.h) */
+    int64_t max_op;             /* ... in operations of at most this */
 
     /* What is in flight. */
     int in_flight;              /* operations */
@@ -80,17 +81,19 @@ void mirror_window_free(MirrorWindow *w);
 void mirror_window_refresh(MirrorWindow *w, BlockDriverState *src,
                            BlockDriverState *dst);
 
-/* Cap the COPY bytes in flight at @cap (at least one granule) below
- * what the window allows; INT64_MAX: no cap. */
-void mirror_window_set_cap(MirrorWindow *w, int64_t cap);
+/* Cap the COPY bytes in flight at @cap and each operation at @max_op
+ * (each at least one granule) below what the window allows; INT64_MAX:
+ * no cap. */
+void mirror_window_set_cap(MirrorWindow *w, int64_t cap, int64_t max_op);
 
 /* May another operation start (fewer in flight than the window allows,
  * and fewer COPY bytes than the cap)? */
 bool mirror_window_has_room(const MirrorWindow *w);
 
 /*
- * The most COPY bytes that may start now, from @want: @want, or what the
- * byte budget (and the cap) leaves, rounded down to whole granules; 0 when nothing may
+ * The most COPY bytes that may start now, from @want: @want (at most the
+ * cap's largest operation), or what the byte budget (and the cap)
+ * leaves, rounded down to whole granules; 0 when nothing may
  * (a window that just shrank may be overdrawn).
  */
 int64_t mirror_window_fit(const MirrorWindow *w, int64_t want);

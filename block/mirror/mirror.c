@@ -119,7 +119,8 @@ static bool mirror_can_issue(MirrorJob *s)
     if (!mirror_guest_may_issue(&s->guest, clock_ns())) {
         return false;
     }
-    mirror_window_set_cap(&s->win, mirror_guest_cap(&s->guest));
+    mirror_window_set_cap(&s->win, mirror_guest_cap(&s->guest),
+                          mirror_guest_op_max(&s->guest));
     return mirror_window_has_room(&s->win);
 }
 

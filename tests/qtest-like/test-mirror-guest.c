@@ -205,8 +205,9 @@ static void test_stuck_guest_cuts(void)
     g_assert_cmpuint(f.g.cuts, ==, 2);
 }
 
-/* At or below the goal the pace grows by a quarter per period; twice
- * what the job achieves it is lifted.  Idle guests double it. */
+/* At or below the goal the pace grows by a quarter per period, up to
+ * twice what the job achieves.  Idle guests double it, and lift it from
+ * there; paced, operations are at most MIRROR_GUEST_OP_MAX. */
 static void test_grow_back(void)
 {
     Fixture f;
@@ -234,12 +235,23 @@ static void test_grow_back(void)
     g_assert_cmpint(f.kicks, >, 0);
 
     /* Guests stay below the goal while the job copies fast: the pace
-     * ends up lifted, with the whole window. */
-    while (f.g.pace && periods++ < 100) {
+     * grows to twice what the job achieves, never lifted while busy. */
+    while (periods++ < 100) {
         fx_period(&f, fx_goal(&f) / 2, 2048 * MiB);
+        g_assert_cmpfloat(f.g.pace, >, 0);
+        g_assert_cmpfloat(f.g.pace, <=, 2 * f.g.copy_rate);
+        g_assert_cmpint(mirror_guest_op_max(&f.g), ==, MIRROR_GUEST_OP_MAX);
     }
+    g_assert_cmpfloat(f.g.pace, >, 2 * 2000.0 * MiB);
+    g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
+
+    /* Idle: lifted, the whole window, operations of any size. */
+    f.now += MIRROR_GUEST_PERIOD_NS;
+    mirror_guest_may_issue(&f.g, f.now);
     g_assert_cmpfloat(f.g.pace, ==, 0);
     g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
+    g_assert_cmpint(mirror_guest_op_max(&f.g), ==, INT64_MAX);
+    g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 64 * MiB), ==, 0);
 }
 
 /* The pace spaces the job's COPY operations out at its rate. */
