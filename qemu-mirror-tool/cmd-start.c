@@ -399,12 +399,12 @@ int cmd_start(int argc, char **argv)
           &o.converge_passes,
           "... or after N passes over the disk still left work", "N" },
         { "guest-priority", 0, 0, G_OPTION_ARG_STRING, &o.guest_priority,
-          "on (default): the export's guests go first, and the job shrinks "
-          "its window while their latency is above what it is without the "
-          "job; off: they share the queues alike", "on|off" },
+          "on (default): the export's guests go first, and the job paces "
+          "itself while their latency is above what it is without the job; "
+          "off: they share the queues alike", "on|off" },
         { "min-copy-rate", 0, 0, G_OPTION_ARG_STRING, &o.min_copy_rate,
-          "however busy the guests, the job's window shrinks only while it "
-          "copies at least RATE bytes per second (default 128M)", "RATE" },
+          "however busy the guests, the job never paces itself below RATE "
+          "bytes per second (default 128M)", "RATE" },
         { "target-is-zero", 0, 0, G_OPTION_ARG_NONE, &o.target_is_zero,
           "the target reads as zero: skip zeroing it", NULL },
         { "connections", 0, 0, G_OPTION_ARG_STRING, &o.connections,

@@ -121,7 +121,8 @@ JsonNode *qmp_job_block_info(Job *job)
         add_int(b, "guest-rate", (int64_t)st.guest_byte_rate);
         add_int(b, "guest-latency-ns", st.guest_latency_ns);
         add_int(b, "guest-base-latency-ns", st.guest_base_latency_ns);
-        add_int(b, "window-bytes", st.window_bytes);
+        add_int(b, "guest-pace", (int64_t)st.guest_pace);
+        add_int(b, "window-bytes", st.buf_size);
     } else {
         add_str(b, "io-status", "ok");
     }

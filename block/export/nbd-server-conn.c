@@ -630,16 +630,16 @@ static void nbdsrv_client_reprioritize(NbdClient *c)
 }
 
 /* The default-priority sources had a turn: every connection back to
- * guest priority, its count restarted. */
+ * guest priority, the server's count restarted. */
 static gboolean nbdsrv_fair_cb(gpointer opaque)
 {
     NbdServer *srv = opaque;
 
     nbdsrv_source_clear(&srv->fair_src);
+    srv->prio_turns = 0;
     for (GList *l = srv->clients.head; l; l = l->next) {
         NbdClient *c = l->data;
 
-        c->prio_turns = 0;
         if (c->yielded) {
             c->yielded = false;
             nbdsrv_client_reprioritize(c);
@@ -652,17 +652,21 @@ void nbdsrv_client_turn(NbdClient *c)
 {
     NbdServer *srv = c->srv;
 
-    if (!srv->guest_priority || c->yielded ||
-        ++c->prio_turns < NBDSRV_PRIO_TURNS) {
+    /* One count for the whole server: however many connections there
+     * are, the others wait at most NBDSRV_PRIO_TURNS dispatches. */
+    if (!srv->guest_priority || srv->fair_src ||
+        ++srv->prio_turns < NBDSRV_PRIO_TURNS) {
         return;
     }
-    c->yielded = true;
     srv->stats.prio_yields++;
-    nbdsrv_client_reprioritize(c);
-    if (!srv->fair_src) {
-        srv->fair_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0,
-                                     nbdsrv_fair_cb, srv);
+    for (GList *l = srv->clients.head; l; l = l->next) {
+        NbdClient *o = l->data;
+
+        o->yielded = true;
+        nbdsrv_client_reprioritize(o);
     }
+    srv->fair_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0, nbdsrv_fair_cb,
+                                 srv);
 }
 
 static void nbdsrv_client_kick(NbdClient *c)

@@ -232,7 +232,6 @@ struct NbdClient {
     GSource *in_src;
     GSource *out_src;
     GSource *kick_src;      /* idle: resume parsing buffered input */
-    unsigned prio_turns;    /* dispatches at guest priority in a row */
     bool yielded;           /* at the default priority until srv's
                              * fair_src ran */
 
@@ -317,6 +316,8 @@ struct NbdServer {
     char *addr;             /* as given, PORT 0 replaced by the port */
     NbdTlsCreds *tls;       /* NULL: no TLS */
     bool guest_priority;    /* nbdsrv_set_guest_priority() */
+    unsigned prio_turns;    /* dispatches at guest priority since the
+                             * default-priority sources last had a turn */
     GSource *fair_src;      /* idle: yielded connections back to guest
                              * priority */
     NbdServerStats stats;
@@ -334,9 +335,9 @@ struct NbdServer {
  * nothing to read or send has no source ready at all.  Requests answered
  * without the block layer (errors, empty ones) hold no limit, so a client
  * sending nothing else could keep its sources ready; so every
- * NBDSRV_PRIO_TURNS dispatches a connection yields, at the default
- * priority, until the default-priority sources had a turn
- * (nbdsrv_client_turn()).
+ * NBDSRV_PRIO_TURNS dispatches at guest priority, of all connections
+ * together, every connection yields, at the default priority, until the
+ * default-priority sources had a turn (nbdsrv_client_turn()).
  */
 static inline int nbdsrv_client_priority(NbdClient *c)
 {

@@ -97,9 +97,9 @@ typedef struct NbdServerStats {
     uint64_t tls_required;      /* options answered NBD_REP_ERR_TLS_REQD
                                  * (or NBD_OPT_EXPORT_NAME closed) for want
                                  * of TLS */
-    uint64_t prio_yields;       /* times a connection, at guest priority,
-                                 * let the default-priority sources run
-                                 * (NBDSRV_PRIO_TURNS) */
+    uint64_t prio_yields;       /* times the connections, at guest
+                                 * priority, let the default-priority
+                                 * sources run (NBDSRV_PRIO_TURNS) */
 } NbdServerStats;
 
 /*
@@ -286,8 +286,9 @@ const char *nbdsrv_get_address(NbdServer *srv);
 /* GLib priority of the connections' sources with guest priority. */
 #define NBDSRV_GUEST_PRIORITY       (G_PRIORITY_DEFAULT - 10)
 
-/* Every so many dispatches of a connection's sources at guest priority,
- * the default-priority sources get a turn before the next one. */
+/* Every so many dispatches of the connections' sources at guest
+ * priority (all connections together), the default-priority sources get
+ * a turn before the next one. */
 #define NBDSRV_PRIO_TURNS           64
 
 /*

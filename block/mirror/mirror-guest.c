@@ -1,11 +1,12 @@
 /*
- * Guest-first: the job's window follows the guests' latency (see
+ * Guest-first: the job's pace follows the guests' latency (see
  * mirror-guest.h).
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "block/mirror/mirror-guest.h"
+#include "block/block.h"
 #include "util/cutils.h"
 
 #include <inttypes.h>
@@ -14,7 +15,6 @@
 #define MIRROR_GUEST_RATE_WEIGHT        0.25
 
 void mirror_guest_init(MirrorGuest *g, bool on, int64_t min_copy_rate,
-                       int64_t granule, int64_t max_window,
                        const MirrorGuestOwner *owner, void *opaque,
                        int64_t now)
 {
@@ -24,11 +24,8 @@ void mirror_guest_init(MirrorGuest *g, bool on, int64_t min_copy_rate,
         .on = on,
         .min_copy_rate = min_copy_rate,
         .floor = min_copy_rate,
-        .min_cap = granule,
-        .max_cap = MAX(max_window, granule),
         .period_start_ns = now,
     };
-    g->cap = g->max_cap;
     rate_meter_reset(&g->byte_rate, now);
     rate_meter_reset(&g->req_rate, now);
 }
@@ -73,14 +70,42 @@ static void mirror_guest_probe_end(MirrorGuest *g, int64_t now)
     g->owner->kick(g->opaque);
 }
 
+static gboolean mirror_guest_probe_timeout(gpointer opaque);
+
+static void mirror_guest_probe_arm(MirrorGuest *g, int64_t delay_ns)
+{
+    g_assert(!g->probe_timer);
+    g->probe_timer = bdrv_timer_new(delay_ns, mirror_guest_probe_timeout, g);
+}
+
+/* Has the probe what it can get?  Enough requests; or its time is up and
+ * none of those that arrived in it are still out (a slow source gets
+ * until MIRROR_GUEST_PROBE_MAX_NS to answer them). */
+static bool mirror_guest_probe_done(MirrorGuest *g, int64_t now)
+{
+    int64_t age = now - g->probe_start_ns;
+
+    return g->probe_reqs >= MIRROR_GUEST_PROBE_REQS ||
+           (age >= MIRROR_GUEST_PROBE_NS &&
+            (g->probe_reqs >= g->probe_started ||
+             age >= MIRROR_GUEST_PROBE_MAX_NS));
+}
+
 static gboolean mirror_guest_probe_timeout(gpointer opaque)
 {
     MirrorGuest *g = opaque;
+    int64_t now = clock_ns();
 
     g_source_unref(g->probe_timer);
     g->probe_timer = NULL;
-    if (g->probe == MIRROR_GUEST_PROBE_MEASURE) {
-        mirror_guest_probe_end(g, clock_ns());
+    if (g->probe != MIRROR_GUEST_PROBE_MEASURE) {
+        return G_SOURCE_REMOVE;
+    }
+    if (mirror_guest_probe_done(g, now)) {
+        mirror_guest_probe_end(g, now);
+    } else {
+        mirror_guest_probe_arm(g, MIRROR_GUEST_PROBE_MAX_NS -
+                                  (now - g->probe_start_ns));
     }
     return G_SOURCE_REMOVE;
 }
@@ -93,36 +118,32 @@ static void mirror_guest_probe_step(MirrorGuest *g, int64_t now)
         g->owner->in_flight(g->opaque) == 0) {
         g->probe = MIRROR_GUEST_PROBE_MEASURE;
         g->probe_start_ns = now;
+        g->probe_started = 0;
         g->probe_reqs = 0;
         g->probe_lat_ns = 0;
-        g_assert(!g->probe_timer);
-        g->probe_timer = g_timeout_source_new(MIRROR_GUEST_PROBE_NS /
-                                              1000000);
-        g_source_set_callback(g->probe_timer, mirror_guest_probe_timeout, g,
-                              NULL);
-        g_source_attach(g->probe_timer, g_main_context_get_thread_default());
+        mirror_guest_probe_arm(g, MIRROR_GUEST_PROBE_NS);
     }
     if (g->probe == MIRROR_GUEST_PROBE_MEASURE &&
-        (g->probe_reqs >= MIRROR_GUEST_PROBE_REQS ||
-         now - g->probe_start_ns >= MIRROR_GUEST_PROBE_NS)) {
+        mirror_guest_probe_done(g, now)) {
         mirror_guest_probe_end(g, now);
     }
 }
 
-/* Set the pace to @pace bytes/s (0: none) and the cap that follows.
- * While guests are busy it stays within twice what the job achieves,
- * so that it can always be cut where it bites. */
+/* Set the pace to @pace bytes/s (0: none).  While guests are busy it
+ * stays within twice what the job achieves, so that a cut bites.  A
+ * higher pace starts afresh: what a slow one charged does not hold the
+ * job back. */
 static void mirror_guest_set_pace(MirrorGuest *g, double pace)
 {
     if (pace) {
         pace = MAX(MIN(pace, 2 * MAX(g->copy_rate, g->floor)), g->floor);
     }
+    if (!pace || pace > g->pace) {
+        g->pacer = (RateLimit) { 0 };
+    }
     g->pace = pace;
     ratelimit_set_speed(&g->pacer, (uint64_t)pace,
                         MIRROR_GUEST_PACE_SLICE_NS);
-    g->cap = pace ? CLAMP((int64_t)(pace * MIRROR_GUEST_WINDOW_NS / 1e9),
-                          g->min_cap, g->max_cap)
-                  : g->max_cap;
 }
 
 /* End the period if it is due, and move the pace. */
@@ -131,8 +152,16 @@ static void mirror_guest_update(MirrorGuest *g, int64_t now)
     int64_t elapsed = now - g->period_start_ns;
     int64_t goal;
 
-    if (!g->on || g->probe != MIRROR_GUEST_PROBE_NONE ||
+    if (g->probe != MIRROR_GUEST_PROBE_NONE ||
         elapsed < MIRROR_GUEST_PERIOD_NS) {
+        return;
+    }
+    if (!g->on) {
+        /* Off: the guests are only counted and timed. */
+        if (g->period_reqs) {
+            g->latency_ns = g->period_lat_ns / (int64_t)g->period_reqs;
+        }
+        mirror_guest_new_period(g, now);
         return;
     }
     g->copy_rate = g->copy_rate * (1 - MIRROR_GUEST_RATE_WEIGHT) +
@@ -161,15 +190,15 @@ static void mirror_guest_update(MirrorGuest *g, int64_t now)
     } else if (!g->period_reqs || g->latency_ns > goal) {
         /* Over the goal, or requests in flight for a whole period and
          * none ended: halve the pace. */
-        mirror_guest_set_pace(g, (g->pace ? g->pace : g->copy_rate) / 2);
+        mirror_guest_set_pace(g, (g->pace ? g->pace
+                                           : MAX(g->copy_rate, g->floor)) / 2);
         g->cuts++;
     } else if (g->pace) {
         mirror_guest_set_pace(g, g->pace * 5 / 4);
     }
     g_debug("mirror: guest period: %" PRIu64 " requests, latency %" PRId64
-            " ns, goal %" PRId64 " ns, copied %.0f B/s, pace %.0f B/s, cap %"
-            PRId64, g->period_reqs, g->latency_ns, goal, g->copy_rate,
-            g->pace, g->cap);
+            " ns, goal %" PRId64 " ns, copied %.0f B/s, pace %.0f B/s",
+            g->period_reqs, g->latency_ns, goal, g->copy_rate, g->pace);
     mirror_guest_new_period(g, now);
 }
 
@@ -181,6 +210,10 @@ void mirror_guest_begin(MirrorGuest *g, int64_t now)
         now >= g->next_probe_ns) {
         g->probe = MIRROR_GUEST_PROBE_DRAIN;
         mirror_guest_probe_step(g, now);
+    }
+    if (g->probe == MIRROR_GUEST_PROBE_MEASURE &&
+        now < g->probe_start_ns + MIRROR_GUEST_PROBE_NS) {
+        g->probe_started++;
     }
 }
 
@@ -198,7 +231,8 @@ void mirror_guest_done(MirrorGuest *g, int64_t start_ns, int64_t now,
     g->period_reqs++;
     g->period_lat_ns += lat;
     if (g->probe == MIRROR_GUEST_PROBE_MEASURE &&
-        start_ns >= g->probe_start_ns) {
+        start_ns >= g->probe_start_ns &&
+        start_ns < g->probe_start_ns + MIRROR_GUEST_PROBE_NS) {
         g->probe_reqs++;
         g->probe_lat_ns += lat;
     }
@@ -217,16 +251,12 @@ void mirror_guest_copied(MirrorGuest *g, int64_t bytes)
 bool mirror_guest_may_issue(MirrorGuest *g, int64_t now)
 {
     if (!g->on) {
+        mirror_guest_update(g, now);
         return true;
     }
     mirror_guest_probe_step(g, now);
     mirror_guest_update(g, now);
     return g->probe == MIRROR_GUEST_PROBE_NONE;
-}
-
-int64_t mirror_guest_cap(const MirrorGuest *g)
-{
-    return g->on ? g->cap : g->max_cap;
 }
 
 int64_t mirror_guest_op_max(const MirrorGuest *g)
@@ -236,17 +266,16 @@ int64_t mirror_guest_op_max(const MirrorGuest *g)
 
 int64_t mirror_guest_delay(MirrorGuest *g, int64_t now, int64_t bytes)
 {
+    int64_t delay;
+
     if (!g->on || !g->pace) {
         return 0;
     }
-    return ratelimit_calculate_delay(&g->pacer, now, bytes);
+    delay = ratelimit_calculate_delay(&g->pacer, now, bytes);
+    return MIN(delay, MIRROR_GUEST_PERIOD_NS);
 }
 
-void mirror_guest_set_max(MirrorGuest *g, int64_t max_window)
+void mirror_guest_reprobe(MirrorGuest *g)
 {
-    max_window = MAX(max_window, g->min_cap);
-    if (max_window != g->max_cap) {
-        g->max_cap = max_window;
-        mirror_guest_set_pace(g, g->pace);
-    }
+    g->next_probe_ns = 0;
 }

@@ -4,27 +4,28 @@
  *
  * The filter times every guest request, from its arrival at the filter
  * to its completion (in write-blocking mode that includes the target's
- * share).  The job's share is a pace, in bytes per second, that follows
- * that latency (AIMD); the job's window of COPY bytes in flight is what
- * the pace moves in MIRROR_GUEST_WINDOW_NS (at least one granule), and
- * its operations are at most MIRROR_GUEST_OP_MAX while it is paced, so
- * that each holds the loop, the CPUs and the queues for less time:
+ * share).  The job's share is a pace, in bytes per second of COPY data,
+ * that follows that latency (AIMD); paced, its operations are at most
+ * MIRROR_GUEST_OP_MAX, so that each holds the loop, the CPUs and the
+ * queues for less time, and its bytes in flight are what the pace moves
+ * in the time an operation takes:
  *
  * - The goal is the guests' mean latency without the job (the base)
  *   times MIRROR_GUEST_GOAL_PCT / 100, plus MIRROR_GUEST_SLACK_NS.  A
  *   probe measures the base: the job stops starting operations, waits
  *   until its own have ended, averages the next MIRROR_GUEST_PROBE_REQS
- *   guest requests that arrive after that (or those within
- *   MIRROR_GUEST_PROBE_NS), and goes on.  Probes run when guests first
- *   show up and then every MIRROR_GUEST_PROBE_EVERY_NS while they stay.
+ *   guest requests that arrive after that (or those that arrived within
+ *   MIRROR_GUEST_PROBE_NS and ended within MIRROR_GUEST_PROBE_MAX_NS),
+ *   and goes on.  Probes run when guests first show up, every
+ *   MIRROR_GUEST_PROBE_EVERY_NS while they stay, and when the job's copy
+ *   mode changed (write-blocking adds the target to their latency).
  * - Every MIRROR_GUEST_PERIOD_NS the mean latency of the guest requests
  *   that ended in the period is compared with the goal: above it, the
  *   pace halves (the first time: half the rate the job copied at); at or
  *   below it, the pace grows by a quarter, up to twice what the job
  *   achieves; a period in which no guest request ended nor was in
  *   flight (the guests are idle) doubles it, and lifts it once it is
- *   twice what the job achieves: the job runs free, with the window and
- *   operations it would have without guests.
+ *   twice what the job achieves: the job runs free again.
  * - The floor: the pace never goes below the minimum copy rate
  *   (--min-copy-rate), nor below MIRROR_GUEST_CONVERGE_PCT percent of
  *   the rate at which guests dirty what was copied (a job slower than
@@ -32,7 +33,7 @@
  *   never stops it; auto-converge remains the way to finish against a
  *   guest that writes faster than the job can copy at all.
  *
- * A leaf: it owns its settings, the guests' counters, the cap and its
+ * A leaf: it owns its settings, the guests' counters, the pace and its
  * probe's timer; it learns the rest from its owner.
  *
  * Copyright (C) 2026 qemu-mirror authors
@@ -53,8 +54,8 @@
 #define MIRROR_GUEST_SLACK_NS           (50 * 1000LL)
 #define MIRROR_GUEST_PROBE_REQS         16
 #define MIRROR_GUEST_PROBE_NS           (20 * 1000 * 1000LL)
+#define MIRROR_GUEST_PROBE_MAX_NS       (100 * 1000 * 1000LL)
 #define MIRROR_GUEST_PROBE_EVERY_NS     (2000 * 1000 * 1000LL)
-#define MIRROR_GUEST_WINDOW_NS          (4 * 1000 * 1000LL)
 #define MIRROR_GUEST_CONVERGE_PCT       125
 #define MIRROR_GUEST_OP_MAX             (256 * 1024LL)
 #define MIRROR_GUEST_PACE_SLICE_NS      (1000 * 1000LL)
@@ -62,7 +63,7 @@
 typedef struct MirrorGuestOwner {
     /* The job's own operations in flight (a probe waits for none). */
     int (*in_flight)(void *opaque);
-    /* The cap grew or a probe ended: the job may start operations. */
+    /* The pace rose or a probe ended: the job may start operations. */
     void (*kick)(void *opaque);
     /* Bytes per second guests newly dirty (what the job copied). */
     double (*dirty_rate)(void *opaque, int64_t now_ns);
@@ -79,17 +80,13 @@ typedef struct MirrorGuest {
     void *opaque;
 
     /* Settings. */
-    bool on;                    /* adapt (else no pace, cap == max) */
+    bool on;                    /* adapt (else only count the guests) */
     int64_t min_copy_rate;      /* bytes/s, the least floor */
-    int64_t min_cap;            /* one granule */
-    int64_t max_cap;            /* the window without guests */
 
-    /* The job's share: a pace (0: none) and the cap on its COPY bytes in
-     * flight that follows it. */
+    /* The job's share: a pace in bytes/s (0: none). */
     double pace;
     double floor;               /* bytes/s: the least pace now */
     RateLimit pacer;
-    int64_t cap;
 
     /* The guests. */
     int in_flight;
@@ -110,22 +107,22 @@ typedef struct MirrorGuest {
     /* The probe. */
     MirrorGuestProbe probe;
     int64_t probe_start_ns;     /* requests from then on are measured */
-    uint64_t probe_reqs;
+    uint64_t probe_started;     /* ... that began before its deadline */
+    uint64_t probe_reqs;        /* ... that ended */
     int64_t probe_lat_ns;
     int64_t next_probe_ns;      /* 0: at the next guest request */
     GSource *probe_timer;
 
     uint64_t probes;            /* finished, ever (tests) */
-    uint64_t cuts;              /* times the pace halved (tests) */
+    uint64_t cuts;              /* times the pace was cut (tests) */
 } MirrorGuest;
 
 /*
- * Set @g up: @on adapts the job's share to the guests; @min_copy_rate in
- * bytes/s is the least pace; the cap ranges over [@granule, @max_window]
- * and starts at @max_window, with no pace.
+ * Set @g up: @on adapts the job's share to the guests (off: they are
+ * only counted and timed); @min_copy_rate in bytes/s is the least pace.
+ * No pace at first.
  */
 void mirror_guest_init(MirrorGuest *g, bool on, int64_t min_copy_rate,
-                       int64_t granule, int64_t max_window,
                        const MirrorGuestOwner *owner, void *opaque,
                        int64_t now_ns);
 
@@ -149,26 +146,23 @@ void mirror_guest_copied(MirrorGuest *g, int64_t bytes);
 
 /*
  * May the job start an operation now (no probe holds it back)?  Also
- * ends the period when it is due.  The cap it may fill is
- * mirror_guest_cap().
+ * ends the period when it is due.
  */
 bool mirror_guest_may_issue(MirrorGuest *g, int64_t now_ns);
-
-/* The most COPY bytes the job may have in flight now. */
-int64_t mirror_guest_cap(const MirrorGuest *g);
 
 /* The largest COPY operation the job may start now (INT64_MAX: its
  * own chunk size). */
 int64_t mirror_guest_op_max(const MirrorGuest *g);
 
+/* Measure the base again at the next guest request (the copy mode
+ * changed). */
+void mirror_guest_reprobe(MirrorGuest *g);
+
 /*
  * The job would start a COPY of @bytes now: 0 when the pace allows it
- * (and it is counted), else the nanoseconds to wait before asking again.
+ * (and it is counted), else the nanoseconds to wait before asking again
+ * (at most one period, so that idle guests are noticed in time).
  */
 int64_t mirror_guest_delay(MirrorGuest *g, int64_t now_ns, int64_t bytes);
-
-/* The largest window changed (the channels of the ends): the cap follows
- * it where it was at the old one, and stays below it. */
-void mirror_guest_set_max(MirrorGuest *g, int64_t max_window);
 
 #endif /* BLOCK_MIRROR_GUEST_H */

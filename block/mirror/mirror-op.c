@@ -83,7 +83,9 @@ static void mirror_op_done(MirrorOp *op)
 
     s->common.progress_current += op->bytes;
     rate_meter_add(&s->ops.copy_rate, clock_ns(), op->bytes);
-    mirror_guest_copied(&s->guest, op->bytes);
+    if (op->method == MIRROR_METHOD_COPY) {
+        mirror_guest_copied(&s->guest, op->bytes);
+    }
     if (op->method == MIRROR_METHOD_COPY) {
         mirror_state_clean(s->track.state, s->track.dirty, op->offset,
                            op->bytes);

@@ -213,7 +213,6 @@ Job *mirror_job_new(const char *id, BlockDriverState *src,
     mirror_converge_init(&s->converge, p->auto_converge, p->auto_converge_ms,
                          p->auto_converge_passes, &mirror_converge_owner, s);
     mirror_guest_init(&s->guest, p->guest_priority, p->min_copy_rate,
-                      s->cfg.granularity, mirror_window_buf_size(&s->win),
                       &mirror_guest_owner, s, clock_ns());
     s->common.speed = p->speed;
     ratelimit_set_speed(&s->limit, p->speed, RATELIMIT_SLICE_NS);

@@ -315,8 +315,13 @@ static void mirror_state_write_start(MirrorState *st)
         .data = mirror_state_encode(&st->id, ++st->seq, &st->good, 0),
     };
     st->write = w;
-    thread_pool_submit(thread_pool_get(), mirror_state_write_bg_work, w,
-                       mirror_state_write_done, st);
+    /* Guest writes may wait at the gate for this write: it goes ahead of
+     * the job's own pool work, as their requests do (BDRV_REQ_PRIO). */
+    thread_pool_submit_full(thread_pool_get(),
+                            g_queue_is_empty(&st->waiters) ? 0
+                                                           : THREAD_POOL_URGENT,
+                            mirror_state_write_bg_work, w,
+                            mirror_state_write_done, st);
 }
 
 /* The state changed: write it (after the write in flight). */

@@ -70,7 +70,6 @@ void mirror_window_init(MirrorWindow *w, const MirrorWindowDefaults *d,
         .cfg = *d,
         .granularity = granularity,
         .elem_size = elem_size,
-        .cap = INT64_MAX,
         .max_op = INT64_MAX,
     };
     /* One buffer holds one operation: at least one granule. */
@@ -124,9 +123,8 @@ void mirror_window_refresh(MirrorWindow *w, BlockDriverState *src,
             " bytes", ch, w->cur_max_in_flight, w->cur_buf_size);
 }
 
-void mirror_window_set_cap(MirrorWindow *w, int64_t cap, int64_t max_op)
+void mirror_window_set_max_op(MirrorWindow *w, int64_t max_op)
 {
-    w->cap = MAX(cap, w->granularity);
     w->max_op = max_op == INT64_MAX ? max_op
                                     : MAX(QEMU_ALIGN_DOWN(max_op,
                                                           w->granularity),
@@ -135,13 +133,12 @@ void mirror_window_set_cap(MirrorWindow *w, int64_t cap, int64_t max_op)
 
 bool mirror_window_has_room(const MirrorWindow *w)
 {
-    return w->in_flight < w->cur_max_in_flight &&
-           w->bytes_in_flight < w->cap;
+    return w->in_flight < w->cur_max_in_flight;
 }
 
 int64_t mirror_window_fit(const MirrorWindow *w, int64_t want)
 {
-    int64_t avail = MIN(w->cur_buf_size, w->cap) - w->bytes_in_flight;
+    int64_t avail = w->cur_buf_size - w->bytes_in_flight;
 
     want = MIN(want, w->max_op);
     if (want <= avail) {

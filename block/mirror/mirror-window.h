@@ -46,9 +46,8 @@ typedef struct MirrorWindow {
     int64_t cur_buf_size;
     int cur_max_in_flight;
     int cur_max_bufs;
-    int64_t cap;                /* at most this many COPY bytes in flight
-                                 * (the guests' share, mirror-guest.h) */
-    int64_t max_op;             /* ... in operations of at most this */
+    int64_t max_op;             /* COPY operations of at most this (the
+                                 * guests' share, mirror-guest.h) */
 
     /* What is in flight. */
     int in_flight;              /* operations */
@@ -81,19 +80,16 @@ void mirror_window_free(MirrorWindow *w);
 void mirror_window_refresh(MirrorWindow *w, BlockDriverState *src,
                            BlockDriverState *dst);
 
-/* Cap the COPY bytes in flight at @cap and each operation at @max_op
- * (each at least one granule) below what the window allows; INT64_MAX:
- * no cap. */
-void mirror_window_set_cap(MirrorWindow *w, int64_t cap, int64_t max_op);
+/* Cap each COPY operation at @max_op (rounded down to whole granules,
+ * at least one); INT64_MAX: no cap. */
+void mirror_window_set_max_op(MirrorWindow *w, int64_t max_op);
 
-/* May another operation start (fewer in flight than the window allows,
- * and fewer COPY bytes than the cap)? */
+/* May another operation start (fewer in flight than the window allows)? */
 bool mirror_window_has_room(const MirrorWindow *w);
 
 /*
- * The most COPY bytes that may start now, from @want: @want (at most the
- * cap's largest operation), or what the byte budget (and the cap)
- * leaves, rounded down to whole granules; 0 when nothing may
+ * The most COPY bytes that may start now, from @want: @want (at most
+ * the largest operation set), or what the byte budget leaves, rounded down to whole granules; 0 when nothing may
  * (a window that just shrank may be overdrawn).
  */
 int64_t mirror_window_fit(const MirrorWindow *w, int64_t want);

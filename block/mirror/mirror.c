@@ -119,8 +119,7 @@ static bool mirror_can_issue(MirrorJob *s)
     if (!mirror_guest_may_issue(&s->guest, clock_ns())) {
         return false;
     }
-    mirror_window_set_cap(&s->win, mirror_guest_cap(&s->guest),
-                          mirror_guest_op_max(&s->guest));
+    mirror_window_set_max_op(&s->win, mirror_guest_op_max(&s->guest));
     return mirror_window_has_room(&s->win);
 }
 
@@ -154,7 +153,6 @@ void mirror_pump(MirrorJob *s)
     }
     s->pumping = true;
     mirror_window_refresh(&s->win, s->src, s->dst);
-    mirror_guest_set_max(&s->guest, mirror_window_buf_size(&s->win));
     while (mirror_can_issue(s) && mirror_issue_one(s)) {
         /* keep going */
     }
@@ -918,10 +916,9 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .guest_byte_rate = rate_meter_get(&s->guest.byte_rate, now),
         .guest_latency_ns = s->guest.latency_ns,
         .guest_base_latency_ns = s->guest.base_ns,
-        .window_bytes = MIN(mirror_guest_cap(&s->guest),
-                            mirror_window_buf_size(&s->win)),
+        .guest_pace = s->guest.on ? s->guest.pace : 0,
         .guest_probes = s->guest.probes,
-        .window_cuts = s->guest.cuts,
+        .pace_cuts = s->guest.cuts,
     };
     s->tracking_peak = MAX(s->tracking_peak, st->tracking_bytes);
     st->tracking_bytes_peak = s->tracking_peak;
@@ -983,6 +980,7 @@ bool mirror_change_copy_mode(Job *job, MirrorCopyMode mode, GError **errp)
     /* From now on guest writes through the filter are mirrored at once;
      * what is dirty already is copied in the background. */
     s->copy_mode = mode;
+    mirror_guest_reprobe(&s->guest);
     mirror_active_set_synced(&s->active, false);
     mirror_kick(s);
     return true;

@@ -96,8 +96,8 @@ typedef struct MirrorParams {
                                  * cover whole target clusters */
     bool guest_priority;        /* the window yields to guests' latency
                                  * (mirror-guest.h; default on) */
-    int64_t min_copy_rate;      /* ... but the job copies at least this
-                                 * many bytes/s; 0: no floor */
+    int64_t min_copy_rate;      /* ... but never paces itself below this
+                                 * many bytes/s (>= 1) */
 } MirrorParams;
 
 /* Counters for summaries and query-block-jobs. */
@@ -144,8 +144,7 @@ typedef struct MirrorStats {
      * The guests of the mirror-top filter as the job sees them
      * (mirror-guest.h): requests and bytes per second that ended, their
      * mean latency in the last period and without the job (0: not
-     * measured yet), and the job's window now (the cap on its COPY bytes
-     * in flight).
+     * measured yet), and the pace the job keeps to for them.
      */
     bool guest_priority;
     uint64_t guest_requests;
@@ -153,9 +152,10 @@ typedef struct MirrorStats {
     double guest_byte_rate;
     int64_t guest_latency_ns;
     int64_t guest_base_latency_ns;
-    int64_t window_bytes;
+    double guest_pace;          /* bytes/s the job paces itself to for
+                                 * the guests; 0: not paced */
     uint64_t guest_probes;      /* base measurements made */
-    uint64_t window_cuts;       /* times the window halved */
+    uint64_t pace_cuts;         /* times the pace was cut */
 } MirrorStats;
 
 /* What a guest write does (write-blocking mode). */

@@ -2,7 +2,8 @@
  * Guest-first's policy (block/mirror/mirror-guest.h), run on a clock of
  * the test's own: the probe of the guests' latency without the job, the
  * pace halving above the goal and growing below it, the floor of
- * --min-copy-rate, idle guests, the cap following the pace, and off.
+ * --min-copy-rate and of the dirty rate, idle guests, the operations'
+ * size while paced, slow guests' probes, and off.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -15,8 +16,6 @@
 #define MS          (1000 * US)
 #define KiB         1024LL
 #define MiB         (1024 * KiB)
-#define GRANULE     (64 * KiB)
-#define MAX_WINDOW  (16 * MiB)
 
 typedef struct Fixture {
     MirrorGuest g;
@@ -56,8 +55,7 @@ static const MirrorGuestOwner fx_owner = {
 static void fx_init(Fixture *f, bool on, int64_t min_copy_rate)
 {
     *f = (Fixture) { .now = 1000 * MS };
-    mirror_guest_init(&f->g, on, min_copy_rate, GRANULE, MAX_WINDOW,
-                      &fx_owner, f, f->now);
+    mirror_guest_init(&f->g, on, min_copy_rate, &fx_owner, f, f->now);
 }
 
 /* One guest request of 64 KiB taking @lat, then the clock moves on by
@@ -129,7 +127,7 @@ static void test_cut_to_floor(void)
     fx_init(&f, true, floor);
     fx_probe(&f, 100 * US);
     g_assert_cmpfloat(f.g.pace, ==, 0);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
+    g_assert_cmpint(mirror_guest_op_max(&f.g), ==, INT64_MAX);
     g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 64 * MiB), ==, 0);
 
     /* Latency at the goal: no pace. */
@@ -145,9 +143,7 @@ static void test_cut_to_floor(void)
     g_assert_cmpfloat(f.g.pace, >, 0);
     g_assert_cmpfloat(f.g.pace, <=, f.g.copy_rate / 2 + 1);
     last = f.g.pace;
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==,
-                    MAX((int64_t)(last * MIRROR_GUEST_WINDOW_NS / 1e9),
-                        GRANULE));
+    g_assert_cmpint(mirror_guest_op_max(&f.g), ==, MIRROR_GUEST_OP_MAX);
     for (int i = 0; i < 20; i++) {
         fx_period(&f, 10 * fx_goal(&f), (int64_t)f.g.pace);
         g_assert_cmpfloat(f.g.pace, <=, last);
@@ -155,9 +151,6 @@ static void test_cut_to_floor(void)
         last = f.g.pace;
     }
     g_assert_cmpfloat(f.g.pace, ==, floor);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==,
-                    MAX(floor * MIRROR_GUEST_WINDOW_NS / 1000000000,
-                        GRANULE));
     g_assert_cmpuint(f.g.cuts, >=, 2);
     g_assert_cmpint(f.g.latency_ns, ==, 10 * fx_goal(&f));
 }
@@ -243,13 +236,11 @@ static void test_grow_back(void)
         g_assert_cmpint(mirror_guest_op_max(&f.g), ==, MIRROR_GUEST_OP_MAX);
     }
     g_assert_cmpfloat(f.g.pace, >, 2 * 2000.0 * MiB);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
 
     /* Idle: lifted, the whole window, operations of any size. */
     f.now += MIRROR_GUEST_PERIOD_NS;
     mirror_guest_may_issue(&f.g, f.now);
     g_assert_cmpfloat(f.g.pace, ==, 0);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
     g_assert_cmpint(mirror_guest_op_max(&f.g), ==, INT64_MAX);
     g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 64 * MiB), ==, 0);
 }
@@ -310,22 +301,78 @@ static void test_off(void)
     g_assert_cmpuint(f.g.probes, ==, 0);
     g_assert_cmpuint(f.g.cuts, ==, 0);
     g_assert_cmpuint(f.g.requests, ==, 100);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, MAX_WINDOW);
+    g_assert_cmpint(f.g.latency_ns, ==, 10 * MS);
+    g_assert_cmpint(mirror_guest_op_max(&f.g), ==, INT64_MAX);
     g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 1 * MiB), ==, 0);
 }
 
-/* The window without guests changes (the channels): the cap follows
- * while the pace is lifted. */
-static void test_set_max(void)
+/* A slow source: the probe waits for the requests that arrived in it to
+ * end, up to MIRROR_GUEST_PROBE_MAX_NS. */
+static void test_probe_slow_guest(void)
+{
+    Fixture f;
+    int64_t start;
+
+    fx_init(&f, true, 1);
+    f.job_in_flight = 1;
+    mirror_guest_begin(&f.g, f.now);
+    f.job_in_flight = 0;
+    f.now += US;
+    mirror_guest_may_issue(&f.g, f.now);
+    g_assert_cmpint(f.g.probe, ==, MIRROR_GUEST_PROBE_MEASURE);
+    /* That first request is not measured; one arrives in the probe and
+     * takes 60 ms, longer than the probe's first MIRROR_GUEST_PROBE_NS. */
+    mirror_guest_done(&f.g, f.now - US, f.now, 4 * KiB);
+    start = f.now;
+    mirror_guest_begin(&f.g, start);
+    f.now += MIRROR_GUEST_PROBE_NS;
+    g_assert_false(mirror_guest_may_issue(&f.g, f.now));
+    f.now = start + 60 * MS;
+    mirror_guest_done(&f.g, start, f.now, 4 * KiB);
+    g_assert_cmpint(f.g.probe, ==, MIRROR_GUEST_PROBE_NONE);
+    g_assert_cmpint(f.g.base_ns, ==, 60 * MS);
+
+    /* A guest whose request never ends within MIRROR_GUEST_PROBE_MAX_NS
+     * does not hold the job for longer. */
+    mirror_guest_reprobe(&f.g);
+    f.job_in_flight = 1;
+    mirror_guest_begin(&f.g, f.now);
+    mirror_guest_done(&f.g, f.now, f.now, 4 * KiB);
+    f.job_in_flight = 0;
+    f.now += US;
+    mirror_guest_may_issue(&f.g, f.now);
+    g_assert_cmpint(f.g.probe, ==, MIRROR_GUEST_PROBE_MEASURE);
+    start = f.now;
+    mirror_guest_begin(&f.g, start);
+    f.now = start + MIRROR_GUEST_PROBE_MAX_NS;
+    g_assert_true(mirror_guest_may_issue(&f.g, f.now));
+    g_assert_cmpint(f.g.base_ns, ==, 60 * MS);
+    mirror_guest_stop(&f.g);
+}
+
+/* A pace that rises starts afresh: a long wait charged at a slow pace
+ * does not hold the job back, and no wait is longer than a period. */
+static void test_pace_rise_resets(void)
 {
     Fixture f;
 
     fx_init(&f, true, 1);
-    mirror_guest_set_max(&f.g, 4 * MiB);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, 4 * MiB);
-    mirror_guest_set_max(&f.g, 1);
-    g_assert_cmpint(mirror_guest_cap(&f.g), ==, GRANULE);
-    mirror_guest_stop(&f.g);
+    fx_probe(&f, 100 * US);
+    fx_period(&f, fx_goal(&f), 64 * MiB);
+    for (int i = 0; i < 40; i++) {
+        fx_period(&f, 10 * fx_goal(&f), 0);
+    }
+    g_assert_cmpfloat(f.g.pace, <, 1 * MiB);
+    g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 1 * MiB), ==, 0);
+    g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 1 * MiB), ==,
+                    MIRROR_GUEST_PERIOD_NS);
+    /* Idle guests (a period without requests, after the one that ends
+     * the last of them): the pace doubles, and the charge is forgotten. */
+    f.now += MIRROR_GUEST_PERIOD_NS;
+    mirror_guest_may_issue(&f.g, f.now);
+    f.now += MIRROR_GUEST_PERIOD_NS;
+    mirror_guest_may_issue(&f.g, f.now);
+    g_assert_cmpint(mirror_guest_delay(&f.g, f.now, 1 * MiB), ==, 0);
 }
 
 int main(int argc, char **argv)
@@ -339,6 +386,9 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror-guest/pacer", test_pacer);
     g_test_add_func("/mirror-guest/probe-again", test_probe_again);
     g_test_add_func("/mirror-guest/off", test_off);
-    g_test_add_func("/mirror-guest/set-max", test_set_max);
+    g_test_add_func("/mirror-guest/probe-slow-guest",
+                    test_probe_slow_guest);
+    g_test_add_func("/mirror-guest/pace-rise-resets",
+                    test_pace_rise_resets);
     return g_test_run();
 }
