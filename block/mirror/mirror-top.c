@@ -60,7 +60,6 @@ static void top_request_done(void *opaque, int ret)
 {
     BdrvRequest *r = opaque;
     TopState *s = r->bs->opaque;
-
     TopRequest *tr = bdrv_req_priv(r);
 
     if (top_write_kind(r->op) >= 0) {

@@ -115,7 +115,8 @@ static bool mirror_can_issue(MirrorJob *s)
         s->flush.in_flight) {
         return false;
     }
-    /* Then the guests: a probe of their latency, and the window's cap. */
+    /* Then the guests: a probe of their latency, and while the job is
+     * paced for them, smaller operations. */
     if (!mirror_guest_may_issue(&s->guest, clock_ns())) {
         return false;
     }
