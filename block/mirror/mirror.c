@@ -918,8 +918,6 @@ void mirror_get_stats(Job *job, MirrorStats *st)
         .guest_latency_ns = s->guest.latency_ns,
         .guest_base_latency_ns = s->guest.base_ns,
         .guest_pace = s->guest.on ? s->guest.pace : 0,
-        .guest_probes = s->guest.probes,
-        .pace_cuts = s->guest.cuts,
     };
     s->tracking_peak = MAX(s->tracking_peak, st->tracking_bytes);
     st->tracking_bytes_peak = s->tracking_peak;

@@ -154,8 +154,6 @@ typedef struct MirrorStats {
     int64_t guest_base_latency_ns;
     double guest_pace;          /* bytes/s the job paces itself to for
                                  * the guests; 0: not paced */
-    uint64_t guest_probes;      /* base measurements made */
-    uint64_t pace_cuts;         /* times the pace was cut */
 } MirrorStats;
 
 /* What a guest write does (write-blocking mode). */
