@@ -31,6 +31,8 @@ static const ToolCommand tool_commands[] = {
     { "checksum", "print a digest of an image's contents",
       cmd_checksum },
     { "serve", "export an image over NBD until stopped", cmd_serve },
+    { "daemon", "serve QMP: nodes, exports and jobs made on demand, "
+      "like qemu-storage-daemon", cmd_daemon },
     { "check", "check a qcow2 image for leaks and corruptions", cmd_check },
 };
 

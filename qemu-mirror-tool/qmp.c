@@ -728,6 +728,47 @@ void qmp_server_register(QmpServer *srv, const char *name,
     g_hash_table_replace(srv->commands, g_strdup(name), cmd);
 }
 
+JsonNode *qmp_server_execute(QmpServer *srv, const char *name,
+                             JsonObject *args, GError **errp)
+{
+    QmpCommand *cmd = g_hash_table_lookup(srv->commands, name);
+    g_autoptr(JsonObject) empty = NULL;
+    GError *err = NULL;
+    JsonNode *ret;
+
+    if (!cmd) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_COMMAND_NOT_FOUND,
+                    "The command %s has not been found", name);
+        return NULL;
+    }
+    if (!args) {
+        args = empty = json_object_new();
+    }
+    ret = cmd->fn(args, cmd->opaque, &err);
+    if (err) {
+        if (ret) {
+            json_node_unref(ret);
+        }
+        g_propagate_error(errp, err);
+        return NULL;
+    }
+    return ret;
+}
+
+GPtrArray *qmp_server_command_names(QmpServer *srv)
+{
+    GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
+    GHashTableIter it;
+    gpointer key;
+
+    g_ptr_array_add(names, g_strdup("qmp_capabilities"));
+    g_hash_table_iter_init(&it, srv->commands);
+    while (g_hash_table_iter_next(&it, &key, NULL)) {
+        g_ptr_array_add(names, g_strdup(key));
+    }
+    return names;
+}
+
 static JsonNode *qmp_event_new(const char *event, JsonNode *data)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();

@@ -123,6 +123,19 @@ void qmp_server_register(QmpServer *srv, const char *name,
                          QmpCommandFunc *fn, void *opaque);
 
 /*
+ * Run the registered command @name with @args (NULL: none) as a client's
+ * request would, for callers that are no client (the daemon's command
+ * line).  Returns the "return" value (NULL: {}) or NULL with @errp set
+ * (CommandNotFound for an unknown @name).
+ */
+JsonNode *qmp_server_execute(QmpServer *srv, const char *name,
+                             JsonObject *args, GError **errp);
+
+/* The names of every command a negotiated client may run, in no order
+ * (for query-commands): a new array of new strings. */
+GPtrArray *qmp_server_command_names(QmpServer *srv);
+
+/*
  * Send an event to every client that completed negotiation.  @data is
  * consumed (NULL: no "data" member).
  */

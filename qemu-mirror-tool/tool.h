@@ -360,6 +360,7 @@ ToolCommandFunc cmd_qmp;
 ToolCommandFunc cmd_info;
 ToolCommandFunc cmd_map;
 ToolCommandFunc cmd_serve;
+ToolCommandFunc cmd_daemon;
 ToolCommandFunc cmd_create;
 ToolCommandFunc cmd_check;
 ToolCommandFunc cmd_compare;

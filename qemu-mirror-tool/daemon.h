@@ -1,0 +1,170 @@
+/*
+ * `mirror-tool daemon`: one long-running process whose nodes, exports and
+ * jobs are all made and removed over QMP (and its command line), as
+ * qemu-storage-daemon's are.  This header is what the daemon's parts
+ * share:
+ *
+ *   daemon.c      the Daemon: its QMP server, main loop, signals, `quit`,
+ *                 query-version, query-commands (cmd-daemon.c parses the
+ *                 command line: --qmp, --blockdev, --object, --nbd-server,
+ *                 --export, which run the same handlers as QMP does);
+ *   qmp-block.c   the node registry: blockdev-add, blockdev-del,
+ *                 query-named-block-nodes, object-add, object-del;
+ *   qmp-export.c  nbd-server-start/stop, block-export-add/del,
+ *                 query-block-exports;
+ *   qmp-mirror.c  blockdev-mirror, drive-mirror, and the jobs
+ *                 (qmp-job.c's commands over every job of the daemon).
+ *
+ * Everything runs on the main loop; nothing here is thread-safe.  QEMU's
+ * names, argument names, defaults, error classes and error messages are
+ * the reference (../shared/reference/, qemu-storage-daemon 7.2 in CI).
+ *
+ * Copyright (C) 2026 qemu-mirror authors
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#ifndef DAEMON_H
+#define DAEMON_H
+
+#include <glib.h>
+#include <stdbool.h>
+
+#include "block/block.h"
+#include "block/mirror/job.h"
+#include "qemu-mirror-tool/qmp.h"
+
+typedef struct Daemon Daemon;
+typedef struct DaemonNode DaemonNode;
+
+/* Why a node cannot be deleted (QEMU's checks in blockdev-del, in order). */
+typedef enum DaemonNodeUse {
+    /* An export or a job accesses the node itself (QEMU: a BlockBackend
+     * on it): "Node NAME is in use". */
+    DAEMON_USE_BLK,
+    /* Another node has it as a child (file, backing), or a job's filter
+     * sits over it (QEMU: refcnt > 1): "Block device NAME is in use". */
+    DAEMON_USE_CHILD,
+    DAEMON_USE__MAX,
+} DaemonNodeUse;
+
+/* A node made by blockdev-add (or --blockdev). */
+struct DaemonNode {
+    Daemon *daemon;
+    char *name;                 /* node-name, unique in the daemon */
+    char *driver;               /* QAPI BlockdevDriver: "file", "raw", ... */
+    BlockDriverState *bs;       /* one reference held by the node */
+    bool read_only;
+    unsigned uses[DAEMON_USE__MAX];
+    /* Set while a job blocks the node (QEMU's op blocker): blockdev-del
+     * fails with "Node 'NAME' is busy: BLOCKER".  Owned; NULL: none. */
+    char *blocker;
+    /*
+     * The filter guests reach the node through (mirror-top.h): made by
+     * daemon_node_top() for the first export or job that needs it, owned
+     * by the node (NULL until then).  A job on the node attaches to it, so
+     * guest writes through any export of the node are seen by the job;
+     * at a switch-over its child becomes the target (the filter then
+     * moves to the target's node: daemon_node_move_top()).
+     */
+    BlockDriverState *top;
+};
+
+struct Daemon {
+    QmpServer *qmp;
+    GHashTable *nodes;          /* node-name -> DaemonNode * (owned) */
+    GHashTable *objects;        /* id -> object (qmp-block.c's, owned) */
+    GHashTable *jobs;           /* id -> Job * (a reference each) */
+    void *exports;              /* qmp-export.c's state, or NULL */
+    bool quit;                  /* `quit` or a signal: leave the loop */
+};
+
+/* ---- daemon.c ---- */
+
+/*
+ * A daemon serving QMP on the UNIX socket @qmp_path (NULL: none; the
+ * command line alone then drives it), with every command of the parts
+ * above registered.  NULL with @errp set on failure.
+ */
+Daemon *daemon_new(const char *qmp_path, int max_clients, GError **errp);
+
+/*
+ * Run the main loop until `quit`, SIGINT, SIGTERM or SIGHUP; then stop the
+ * jobs (cancelled), the exports (drained, images flushed) and close every
+ * node.  Returns the exit code (TOOL_EXIT_*).
+ */
+int daemon_run(Daemon *d);
+
+/* Free everything daemon_run() has not (NULL is ignored). */
+void daemon_free(Daemon *d);
+
+/*
+ * Run the QMP command @name with @args on @d as a client's request would
+ * (for the command line's --blockdev, --export, ...).  Returns the
+ * "return" value (NULL: {}) or NULL with @errp set.
+ */
+JsonNode *daemon_execute(Daemon *d, const char *name, JsonObject *args,
+                         GError **errp);
+
+/* ---- qmp-block.c: the node registry ---- */
+
+/* Register blockdev-add, blockdev-del, query-named-block-nodes,
+ * object-add and object-del. */
+void daemon_block_register(Daemon *d);
+
+/*
+ * The node named @name, or NULL with @errp set as QEMU words a missing
+ * node for a command's argument @what (e.g. "Cannot find device='X' nor
+ * node-name='X'", class GenericError or DeviceNotFound as QEMU has it
+ * for that command: @what is the argument's name).
+ */
+DaemonNode *daemon_node_find(Daemon *d, const char *name, const char *what,
+                             GError **errp);
+
+/* Count a use of @n (until daemon_node_unuse()). */
+void daemon_node_use(DaemonNode *n, DaemonNodeUse use);
+void daemon_node_unuse(DaemonNode *n, DaemonNodeUse use);
+
+/* Set (@blocker non-NULL, copied) or clear @n's op blocker. */
+void daemon_node_block(DaemonNode *n, const char *blocker);
+
+/*
+ * The filter over @n guests and jobs go through (see DaemonNode.top),
+ * made now if it does not exist.  The node keeps it; NULL with @errp set
+ * on failure.
+ */
+BlockDriverState *daemon_node_top(DaemonNode *n, GError **errp);
+
+/*
+ * After a switch-over: @from's filter now reads and writes @to's image;
+ * it becomes @to's (@to has none), and the exports that served @from now
+ * serve @to (daemon_exports_moved()).
+ */
+void daemon_node_move_top(DaemonNode *from, DaemonNode *to);
+
+/* The TLS credentials object @id (object-add tls-creds-x509/-psk), or
+ * NULL with @errp set as QEMU words it. */
+void *daemon_object_find_tls(Daemon *d, const char *id, GError **errp);
+
+/* ---- qmp-export.c ---- */
+
+/* Register nbd-server-start, nbd-server-stop, block-export-add,
+ * block-export-del and query-block-exports. */
+void daemon_export_register(Daemon *d);
+
+/* The exports that served @from's filter now serve @to (names change in
+ * query-block-exports). */
+void daemon_exports_moved(Daemon *d, DaemonNode *from, DaemonNode *to);
+
+/* At exit: stop the server, let clients finish (bounded), flush what the
+ * exports served.  Returns 0 or the first flush error (-errno). */
+int daemon_exports_stop(Daemon *d);
+
+/* ---- qmp-mirror.c ---- */
+
+/* Register blockdev-mirror, drive-mirror and the job commands
+ * (block-job-*, job-*, query-block-jobs, query-jobs) over d->jobs. */
+void daemon_mirror_register(Daemon *d);
+
+/* At exit: cancel every job and wait until each is gone. */
+void daemon_jobs_stop(Daemon *d);
+
+#endif /* DAEMON_H */
