@@ -86,8 +86,16 @@ JsonNode *qmp_job_block_info(Job *job)
     } else {
         add_bool(b, "busy", !job_is_paused(job) && !job_is_completed(job));
     }
-    add_bool(b, "paused", job->pause_count > 0);
-    add_bool(b, "ready", job->ready_seen);
+    /*
+     * As QEMU: from the end of the copy until finalize its mirror keeps
+     * the source drained, which pauses the job; "ready" is READY or
+     * STANDBY now.
+     */
+    add_bool(b, "paused", job->pause_count > 0 ||
+             job->status == JOB_STATUS_WAITING ||
+             job->status == JOB_STATUS_PENDING);
+    add_bool(b, "ready", job->status == JOB_STATUS_READY ||
+             job->status == JOB_STATUS_STANDBY);
     add_str(b, "status", job_status_str(job->status));
     add_bool(b, "auto-finalize", job->auto_finalize);
     add_bool(b, "auto-dismiss", job->auto_dismiss);
@@ -145,6 +153,11 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
     case JOB_EVENT_READY:
         *name = "BLOCK_JOB_READY";
         qmp_job_add_basics(b, job);
+        break;
+    case JOB_EVENT_PENDING:
+        *name = "BLOCK_JOB_PENDING";
+        add_str(b, "type", job->driver->job_type);
+        add_str(b, "id", job->id);
         break;
     case JOB_EVENT_COMPLETED:
         *name = "BLOCK_JOB_COMPLETED";
