@@ -582,9 +582,9 @@ int cmd_start(int argc, char **argv)
             start_export_stop(export, top, dst, &served);
             goto out_state;
         }
-        host = (QmpJobHost) {
-            .job = job, .quit = job_runner_quit, .opaque = &runner,
-        };
+        host.quit = job_runner_quit;
+        host.opaque = &runner;
+        qmp_job_host_add(&host, job);
         qmp_server_set_output_limits(qmp,
                                      MIN(QMP_PAUSE_OUTPUT,
                                          qmp_max_output / 4),
@@ -641,6 +641,7 @@ int cmd_start(int argc, char **argv)
         }
     }
     qmp_server_free(qmp);
+    qmp_job_host_clear(&host);
     job_runner_destroy(&runner);
 out_state:
     if (state && !ran && !mirror_state_resumed(state)) {

@@ -31,6 +31,7 @@
 #include "block/block.h"
 #include "block/mirror/job.h"
 #include "qemu-mirror-tool/qmp.h"
+#include "qemu-mirror-tool/qmp-job.h"
 
 typedef struct Daemon Daemon;
 typedef struct DaemonNode DaemonNode;
@@ -73,6 +74,8 @@ struct Daemon {
     GHashTable *nodes;          /* node-name -> DaemonNode * (owned) */
     GHashTable *objects;        /* id -> object (qmp-block.c's, owned) */
     GHashTable *jobs;           /* id -> Job * (a reference each) */
+    QmpJobHost job_host;        /* qmp-mirror.c's: the same jobs, newest
+                                 * first, for the job commands */
     void *exports;              /* qmp-export.c's state, or NULL */
     bool quit;                  /* `quit` or a signal: leave the loop */
 };
