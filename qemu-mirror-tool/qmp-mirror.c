@@ -263,14 +263,57 @@ static bool daemon_mirror_check(Daemon *d, const DaemonMirrorArgs *a,
                     "Job ID '%s' already in use", a->job_id);
         return false;
     }
-    if (dst->read_only) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "Block node is read-only");
-        return false;
-    }
     *source = src;
     *target = dst;
     return true;
+}
+
+/* JOB_STATUS_CHANGE @status of job @id, as a QMP event. */
+static void daemon_job_status_event(Daemon *d, const char *id,
+                                    JobStatus status)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "id");
+    json_builder_add_string_value(b, id);
+    json_builder_set_member_name(b, "status");
+    json_builder_add_string_value(b, job_status_str(status));
+    json_builder_end_object(b);
+    qmp_server_emit_event(d->qmp, "JOB_STATUS_CHANGE",
+                          json_builder_get_root(b));
+}
+
+/*
+ * What QEMU checks once it has created the job (which it then drops:
+ * "created" and "null" go out before the error): the speed, and the
+ * target's permissions (read-only, or exported: a guest uses it).
+ */
+static bool daemon_mirror_check_created(Daemon *d, const DaemonMirrorArgs *a,
+                                        DaemonNode *target, GError **errp)
+{
+    g_autoptr(GError) err = NULL;
+
+    if (!job_check_speed(a->speed, &err)) {
+        /* job_check_speed()'s words are QEMU's */
+    } else if (target->read_only) {
+        g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Block node is read-only");
+    } else if (target->uses[DAEMON_USE_BLK]) {
+        g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Permission conflict on node '%s': permissions "
+                    "'consistent read' are both required by an unnamed "
+                    "block device (uses node '%s' as 'root' child) and "
+                    "unshared by an unnamed block device (uses node '%s' "
+                    "as 'root' child).", target->name, target->name,
+                    target->name);
+    } else {
+        return true;
+    }
+    daemon_job_status_event(d, a->job_id, JOB_STATUS_CREATED);
+    daemon_job_status_event(d, a->job_id, JOB_STATUS_NULL);
+    g_propagate_error(errp, g_steal_pointer(&err));
+    return false;
 }
 
 /*
@@ -288,9 +331,11 @@ static JsonNode *daemon_qmp_blockdev_mirror(JsonObject *args, void *opaque,
     Job *job;
 
     if (!daemon_mirror_parse(args, &a, errp) ||
-        !daemon_mirror_check(d, &a, &source, &target, errp)) {
+        !daemon_mirror_check(d, &a, &source, &target, errp) ||
+        !daemon_mirror_check_created(d, &a, target, errp)) {
         return NULL;
     }
+    a.p.speed = a.speed;
     top = daemon_node_top(source, errp);
     if (!top) {
         return NULL;
@@ -309,12 +354,6 @@ static JsonNode *daemon_qmp_blockdev_mirror(JsonObject *args, void *opaque,
     };
     job_add_listener(job, daemon_job_event, dj);
     job_announce(job);
-    /* As QEMU: the speed is set on the created job. */
-    if (!job_set_speed(job, a.speed, errp)) {
-        job_early_fail(job);    /* NULL: daemon_job_event() frees @dj */
-        job_unref(job);
-        return NULL;
-    }
     g_hash_table_insert(d->jobs, g_strdup(job->id), job);
     qmp_job_host_add(&d->job_host, job);
     dj->holding = true;

@@ -418,12 +418,6 @@ void job_announce(Job *job)
     job_emit(job, &ev);
 }
 
-void job_early_fail(Job *job)
-{
-    g_assert(job->status == JOB_STATUS_CREATED);
-    job_state_transition(job, JOB_STATUS_NULL);
-}
-
 void job_completed(Job *job, int ret, const char *error)
 {
     JobEvent pending = { .type = JOB_EVENT_PENDING };

@@ -195,12 +195,6 @@ void job_add_listener(Job *job, JobEventFunc *func, void *opaque);
  */
 void job_announce(Job *job);
 
-/*
- * Drop a job that failed before it started (QEMU's job_early_fail):
- * CREATED -> NULL.  The caller still holds its reference.
- */
-void job_early_fail(Job *job);
-
 /* CREATED -> RUNNING, then the driver's start(). */
 void job_start(Job *job);
 

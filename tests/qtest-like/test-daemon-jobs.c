@@ -228,6 +228,21 @@ static void add_node(TestDaemon *t, const char *name, int64_t size,
     g_hash_table_insert(t->d->nodes, n->name, n);
 }
 
+/* A read-only raw node @name over a new sparse file of @size. */
+static void add_node_ro(TestDaemon *t, const char *name, int64_t size)
+{
+    g_autofree char *path = g_strdup_printf("%s/%s.raw", t->dir, name);
+    DaemonNode *n = g_new0(DaemonNode, 1);
+
+    qtest_write_sparse_file(path, size);
+    n->daemon = t->d;
+    n->name = g_strdup(name);
+    n->driver = g_strdup("raw");
+    n->bs = test_open(path, "raw", 0);
+    n->read_only = true;
+    g_hash_table_insert(t->d->nodes, n->name, n);
+}
+
 static char *node_path(TestDaemon *t, const char *name)
 {
     return g_strdup_printf("%s/%s.raw", t->dir, name);
@@ -686,6 +701,23 @@ static void test_errors(void)
 
         g_assert_cmpstr(trace, ==, "created null");
     }
+    /* So do a read-only target and one a guest uses (an export). */
+    add_node_ro(t, "ro", 1 * MiB);
+    client_error(c, MIRROR_MANUAL("r", "src2", "ro"), "GenericError",
+                 "Block node is read-only");
+    {
+        g_autofree char *trace = client_trace(c, "r", c->reply_at);
+
+        g_assert_cmpstr(trace, ==, "created null");
+    }
+    daemon_node_use(g_hash_table_lookup(t->d->nodes, "dst2"),
+                    DAEMON_USE_BLK);
+    client_error(c, MIRROR_MANUAL("x", "src2", "dst2"), "GenericError",
+                 "Permission conflict on node 'dst2': permissions "
+                 "'consistent read' are both required by an unnamed block "
+                 "device (uses node 'dst2' as 'root' child) and unshared by "
+                 "an unnamed block device (uses node 'dst2' as 'root' "
+                 "child).");
     g_assert_null(((DaemonNode *)g_hash_table_lookup(t->d->nodes,
                                                      "src2"))->blocker);
     /* Only job a, unchanged by all that. */
