@@ -120,6 +120,36 @@ static void client_error(TestClient *c, const char *json, const char *cls,
     g_assert_cmpstr(qtest_json_str(r, "error/desc"), ==, desc);
 }
 
+/* Run @name {@key: @id} (a job command), returning its reply. */
+static JsonObject *client_job_cmd(TestClient *c, const char *name,
+                                  const char *key, const char *id)
+{
+    g_autofree char *cmd = g_strdup_printf(
+        "{\"execute\": \"%s\", \"arguments\": {\"%s\": \"%s\"}}", name, key,
+        id);
+
+    return client_cmd(c, cmd);
+}
+
+static void client_job_ok(TestClient *c, const char *name, const char *key,
+                          const char *id)
+{
+    JsonObject *r = client_job_cmd(c, name, key, id);
+
+    g_assert_true(json_object_has_member(r, "return"));
+}
+
+/* The list query @name returns, of @len entries (not owned). */
+static JsonArray *client_list(TestClient *c, const char *name, guint len)
+{
+    g_autofree char *cmd = g_strdup_printf("{\"execute\": \"%s\"}", name);
+    JsonArray *list = json_object_get_array_member(client_cmd(c, cmd),
+                                                   "return");
+
+    g_assert_cmpuint(json_array_get_length(list), ==, len);
+    return list;
+}
+
 /* Which job @m is about, or NULL for no job event. */
 static const char *event_job(JsonObject *m)
 {
@@ -209,9 +239,20 @@ static char *members(JsonObject *o)
     return g_string_free(g_steal_pointer(&s), FALSE);
 }
 
-/* A raw node named @name over a new file of @size random bytes. */
-static void add_node(TestDaemon *t, const char *name, int64_t size,
-                     uint32_t seed)
+static char *client_event_members(TestClient *c, const char *name,
+                                  const char *id)
+{
+    JsonObject *ev = client_event(c, name, id);
+
+    return members(json_object_get_object_member(ev, "data"));
+}
+
+/*
+ * A raw node named @name over a new file of @size bytes: random ones
+ * from @seed, or a hole (@seed 0); read-only with @ro.
+ */
+static void add_node_full(TestDaemon *t, const char *name, int64_t size,
+                          uint32_t seed, bool ro)
 {
     g_autofree char *path = g_strdup_printf("%s/%s.raw", t->dir, name);
     DaemonNode *n = g_new0(DaemonNode, 1);
@@ -224,23 +265,15 @@ static void add_node(TestDaemon *t, const char *name, int64_t size,
     n->daemon = t->d;
     n->name = g_strdup(name);
     n->driver = g_strdup("raw");
-    n->bs = test_open(path, "raw", BDRV_O_RDWR);
+    n->bs = test_open(path, "raw", ro ? 0 : BDRV_O_RDWR);
+    n->read_only = ro;
     g_hash_table_insert(t->d->nodes, n->name, n);
 }
 
-/* A read-only raw node @name over a new sparse file of @size. */
-static void add_node_ro(TestDaemon *t, const char *name, int64_t size)
+static void add_node(TestDaemon *t, const char *name, int64_t size,
+                     uint32_t seed)
 {
-    g_autofree char *path = g_strdup_printf("%s/%s.raw", t->dir, name);
-    DaemonNode *n = g_new0(DaemonNode, 1);
-
-    qtest_write_sparse_file(path, size);
-    n->daemon = t->d;
-    n->name = g_strdup(name);
-    n->driver = g_strdup("raw");
-    n->bs = test_open(path, "raw", 0);
-    n->read_only = true;
-    g_hash_table_insert(t->d->nodes, n->name, n);
+    add_node_full(t, name, size, seed, false);
 }
 
 static char *node_path(TestDaemon *t, const char *name)
@@ -299,6 +332,12 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(TestDaemon, test_daemon_free)
     "\", \"device\": \"" dev "\", \"target\": \"" dst "\", \"sync\": " \
     "\"full\", \"auto-finalize\": false, \"auto-dismiss\": false}}"
 
+/* Job b of src2 onto dst2 (sync full) with the arguments @more. */
+#define MIRROR_B(more) \
+    "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": " \
+    "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": " \
+    "\"full\", " more "}}"
+
 static const char *const jobs3[] = { "a", "b", "c" };
 
 /*
@@ -316,7 +355,6 @@ static void test_three_jobs(void)
         MIRROR_MANUAL("c", "sc", "tc"),
     };
     static const int64_t sizes[] = { 4 * MiB, 1 * MiB + 512, 8 * MiB };
-    JsonObject *r;
     JsonArray *list;
 
     for (int i = 0; i < 3; i++) {
@@ -337,9 +375,7 @@ static void test_three_jobs(void)
     for (int i = 0; i < 3; i++) {
         client_wait_trace(c, jobs3[i], "created running ready READY");
     }
-    r = client_cmd(c, "{\"execute\": \"query-block-jobs\"}");
-    list = json_object_get_array_member(r, "return");
-    g_assert_cmpuint(json_array_get_length(list), ==, 3);
+    list = client_list(c, "query-block-jobs", 3);
     for (int i = 0; i < 3; i++) {
         JsonObject *info = json_array_get_object_element(list, i);
 
@@ -354,26 +390,19 @@ static void test_three_jobs(void)
                  "Job 'a' in state 'ready' cannot accept command verb "
                  "'finalize'");
     for (int i = 0; i < 3; i++) {
-        g_autofree char *cmd = g_strdup_printf(
-            "{\"execute\": \"block-job-complete\", \"arguments\": "
-            "{\"device\": \"%s\"}}", jobs3[i]);
-
-        client_ok(c, cmd);
+        client_job_ok(c, "block-job-complete", "device", jobs3[i]);
     }
     for (int i = 0; i < 3; i++) {
         client_wait_trace(c, jobs3[i], "created running ready READY "
                           "waiting pending PENDING");
     }
     {
-        JsonObject *ev = client_event(c, "BLOCK_JOB_PENDING", "a");
-        g_autofree char *m = members(json_object_get_object_member(ev,
-                                                                   "data"));
+        g_autofree char *m = client_event_members(c, "BLOCK_JOB_PENDING",
+                                                  "a");
 
         g_assert_cmpstr(m, ==, "id,type");
     }
-    r = client_cmd(c, "{\"execute\": \"query-jobs\"}");
-    list = json_object_get_array_member(r, "return");
-    g_assert_cmpuint(json_array_get_length(list), ==, 3);
+    list = client_list(c, "query-jobs", 3);
     for (int i = 0; i < 3; i++) {
         JsonObject *info = json_array_get_object_element(list, i);
         g_autofree char *m = members(info);
@@ -385,8 +414,7 @@ static void test_three_jobs(void)
         g_assert_cmpint(qtest_json_int(info, "current-progress"), ==,
                         sizes[2 - i]);
     }
-    r = client_cmd(c, "{\"execute\": \"query-block-jobs\"}");
-    list = json_object_get_array_member(r, "return");
+    list = client_list(c, "query-block-jobs", 3);
     {
         JsonObject *info = json_array_get_object_element(list, 0);
 
@@ -404,12 +432,10 @@ static void test_three_jobs(void)
                  "Job 'b' in state 'pending' cannot accept command verb "
                  "'complete'");
     for (int i = 0; i < 3; i++) {
-        g_autofree char *cmd = g_strdup_printf(
-            "{\"execute\": \"%s\", \"arguments\": {\"id\": \"%s\"}}",
-            i == 1 ? "block-job-finalize" : "job-finalize", jobs3[i]);
         g_autofree char *trace = NULL;
 
-        client_ok(c, cmd);
+        client_job_ok(c, i == 1 ? "block-job-finalize" : "job-finalize",
+                      "id", jobs3[i]);
         /* Completed and concluded before the reply, as QEMU's. */
         trace = client_trace(c, jobs3[i], c->reply_at);
         g_assert_cmpstr(trace, ==, "created running ready READY waiting "
@@ -417,8 +443,8 @@ static void test_three_jobs(void)
     }
     {
         JsonObject *done = client_event(c, "BLOCK_JOB_COMPLETED", "c");
-        g_autofree char *m = members(json_object_get_object_member(done,
-                                                                   "data"));
+        g_autofree char *m = client_event_members(c, "BLOCK_JOB_COMPLETED",
+                                                  "c");
 
         g_assert_cmpstr(m, ==, "device,len,offset,speed,type");
         g_assert_cmpint(qtest_json_int(done, "data/len"), ==, 8 * MiB);
@@ -440,25 +466,18 @@ static void test_three_jobs(void)
         g_assert_cmpuint(src->uses[DAEMON_USE_CHILD], ==, 0);
         g_assert_cmpuint(dst->uses[DAEMON_USE_BLK], ==, 0);
     }
-    r = client_cmd(c, "{\"execute\": \"query-jobs\"}");
-    list = json_object_get_array_member(r, "return");
-    g_assert_cmpuint(json_array_get_length(list), ==, 3);
+    list = client_list(c, "query-jobs", 3);
     g_assert_cmpstr(qtest_json_str(json_array_get_object_element(list, 0),
                                    "status"), ==, "concluded");
     for (int i = 0; i < 3; i++) {
-        g_autofree char *cmd = g_strdup_printf(
-            "{\"execute\": \"job-dismiss\", \"arguments\": {\"id\": \"%s\"}}",
-            jobs3[i]);
         g_autofree char *trace = NULL;
 
-        client_ok(c, cmd);
+        client_job_ok(c, "job-dismiss", "id", jobs3[i]);
         trace = client_trace(c, jobs3[i], c->reply_at);
         g_assert_cmpstr(trace, ==, "created running ready READY waiting "
                         "pending PENDING COMPLETED concluded null");
     }
-    r = client_cmd(c, "{\"execute\": \"query-jobs\"}");
-    g_assert_cmpuint(json_array_get_length(
-                         json_object_get_array_member(r, "return")), ==, 0);
+    client_list(c, "query-jobs", 0);
     client_error(c, "{\"execute\": \"job-dismiss\", \"arguments\": "
                  "{\"id\": \"a\"}}", "GenericError", "Job not found");
     g_assert_cmpuint(g_hash_table_size(t->d->jobs), ==, 0);
@@ -517,19 +536,21 @@ static void test_pending_holds_guests(gconstpointer cancel)
     run_for(200);
     g_assert_false(done);
     if (cancel) {
-        g_autoptr(JsonObject) info = NULL;
-        JsonObject *r;
+        g_autofree char *trace = NULL;
+        JsonObject *info;
 
-        client_ok(c, "{\"execute\": \"block-job-cancel\", \"arguments\": "
-                  "{\"device\": \"j\"}}");
-        g_autofree char *trace = client_trace(c, "j", c->reply_at);
-
+        client_job_ok(c, "block-job-cancel", "device", "j");
+        trace = client_trace(c, "j", c->reply_at);
         g_assert_cmpstr(trace, ==, "created running ready READY waiting "
                         "pending PENDING aborting CANCELLED concluded");
-        r = client_cmd(c, "{\"execute\": \"query-jobs\"}");
-        info = json_object_ref(json_array_get_object_element(
-                                   json_object_get_array_member(r, "return"),
-                                   0));
+        info = json_array_get_object_element(client_list(c, "query-jobs", 1),
+                                             0);
+        g_assert_cmpstr(qtest_json_str(info, "error"), ==,
+                        "Operation canceled");
+        info = json_array_get_object_element(
+            client_list(c, "query-block-jobs", 1), 0);
+        g_assert_cmpstr(qtest_json_str(info, "status"), ==, "concluded");
+        g_assert_false(qtest_json_bool(info, "paused"));
         g_assert_cmpstr(qtest_json_str(info, "error"), ==,
                         "Operation canceled");
         client_error(c, "{\"execute\": \"block-job-cancel\", \"arguments\": "
@@ -640,45 +661,25 @@ static void test_errors(void)
         { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
           "\"b\", \"device\": \"src2\", \"target\": \"dst2\"}}",
           "GenericError", "Parameter 'sync' is missing" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"granularity\": 1000}}", "GenericError",
+        { MIRROR_B("\"granularity\": 1000"), "GenericError",
           "Parameter 'granularity' expects a power of 2" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"granularity\": 256}}", "GenericError",
+        { MIRROR_B("\"granularity\": 256"), "GenericError",
           "Parameter 'granularity' expects a value in range [512B, 64MB]" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"granularity\": -512}}", "GenericError",
+        { MIRROR_B("\"granularity\": -512"), "GenericError",
           "Parameter 'granularity' expects uint32_t" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"buf-size\": -1}}", "GenericError",
+        { MIRROR_B("\"buf-size\": -1"), "GenericError",
           "Invalid parameter 'buf-size'" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"on-source-error\": \"bogus\"}}", "GenericError",
+        { MIRROR_B("\"on-source-error\": \"bogus\""), "GenericError",
           "Parameter 'on-source-error' does not accept value 'bogus'" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"unmap\": true}}", "GenericError",
+        { MIRROR_B("\"unmap\": true"), "GenericError",
           "Parameter 'unmap' is unexpected" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"auto-finalize\": \"no\"}}", "GenericError",
+        { MIRROR_B("\"auto-finalize\": \"no\""), "GenericError",
           "Invalid parameter type for 'auto-finalize', expected: boolean" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"replaces\": \"nosuch\"}}", "GenericError",
+        { MIRROR_B("\"replaces\": \"nosuch\""), "GenericError",
           "Failed to find node with node-name='nosuch'" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"filter-node-name\": \"9bad\"}}", "GenericError",
+        { MIRROR_B("\"filter-node-name\": \"9bad\""), "GenericError",
           "Invalid node-name: '9bad'" },
-        { "{\"execute\": \"blockdev-mirror\", \"arguments\": {\"job-id\": "
-          "\"b\", \"device\": \"src2\", \"target\": \"dst2\", \"sync\": "
-          "\"full\", \"filter-node-name\": \"dst\"}}", "GenericError",
+        { MIRROR_B("\"filter-node-name\": \"dst\""), "GenericError",
           "Duplicate nodes with node-name='dst'" },
     };
 
@@ -702,7 +703,7 @@ static void test_errors(void)
         g_assert_cmpstr(trace, ==, "created null");
     }
     /* So do a read-only target and one a guest uses (an export). */
-    add_node_ro(t, "ro", 1 * MiB);
+    add_node_full(t, "ro", 1 * MiB, 0, true);
     client_error(c, MIRROR_MANUAL("r", "src2", "ro"), "GenericError",
                  "Block node is read-only");
     {
@@ -762,12 +763,9 @@ static void test_fair(void)
     g_assert_cmpint(other, >=, size / 4);
     for (int i = 1; i <= 2; i++) {
         g_autofree char *id = g_strdup_printf("j%d", i);
-        g_autofree char *cmd = g_strdup_printf(
-            "{\"execute\": \"block-job-complete\", \"arguments\": "
-            "{\"device\": \"%s\"}}", id);
 
         client_wait_trace(c, id, "created running ready READY");
-        client_ok(c, cmd);
+        client_job_ok(c, "block-job-complete", "device", id);
         client_wait_trace(c, id, "created running ready READY waiting "
                           "pending PENDING");
     }
