@@ -184,10 +184,12 @@ def requests(c, version):
     check_eq(c.cmd("query-version", {"x": 1}, id_=7),
              err("GenericError", "Parameter 'x' is unexpected", 7),
              "query-version with an unknown argument")
-    r = c.cmd("query-commands")
-    names = [e["name"] for e in r.get("return", [])]
-    check(all(set(e) == {"name"} for e in r.get("return", [None])),
+    r = c.cmd("query-commands").get("return")
+    check(isinstance(r, list) and r and
+          all(isinstance(e, dict) and set(e) == {"name"} for e in r),
           "query-commands: a list of {\"name\": ...}")
+    names = [e.get("name") for e in r] if check(isinstance(r, list),
+                                                 "query-commands") else []
     check({"qmp_capabilities", "query-commands", "query-version",
            "quit"} <= set(names), "query-commands names ours")
     check(names == sorted(set(names)), "query-commands: sorted, once each")
@@ -240,6 +242,17 @@ def quit_cmd(proc, c):
     rc, e = finish(proc)
     check_eq(rc, 0, "quit: exit code 0")
     check_eq(e, "", "quit: nothing on stderr")
+
+
+def protocol(tmp):
+    proc, c, version = negotiation(tmp)
+    try:
+        requests(c, version)
+        quit_cmd(proc, c)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def signals(tmp):
@@ -357,15 +370,12 @@ def qmp_limits(tmp):
 def main():
     tmp = tempfile.mkdtemp(prefix="daemon-protocol.")
     try:
-        proc, c, version = negotiation(tmp)
-        requests(c, version)
-        quit_cmd(proc, c)
-        signals(tmp)
-        no_qmp(tmp)
-        bad_options(tmp)
-        qmp_limits(tmp)
-    except Exception as e:  # a crash is a failure, not a silent pass
-        check(False, "unexpected exception: %r" % e)
+        # Each part on its own, so that a broken build shows every fault.
+        for part in (protocol, signals, no_qmp, bad_options, qmp_limits):
+            try:
+                part(tmp)
+            except Exception as e:
+                check(False, "%s: %r" % (part.__name__, e))
     finally:
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))
