@@ -73,7 +73,7 @@ static gboolean daemon_opt_cb(const gchar *name, const gchar *value,
                         "%s '%s': %s", name, value, err->message);
             return FALSE;
         }
-        a = g_new0(DaemonArg, 1);
+        a = g_new(DaemonArg, 1);
         *a = (DaemonArg) {
             .opt = opt, .value = g_strdup(value), .args = args,
             .keyval = keyval,
