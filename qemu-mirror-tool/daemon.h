@@ -68,6 +68,13 @@ struct DaemonNode {
     BlockDriverState *top;
 };
 
+/* A signal that stops the daemon (SIGINT, SIGTERM, SIGHUP). */
+typedef struct DaemonSignal {
+    Daemon *daemon;
+    int signum;
+    guint source;               /* its g_unix_signal_add() source */
+} DaemonSignal;
+
 struct Daemon {
     QmpServer *qmp;
     GHashTable *nodes;          /* node-name -> DaemonNode * (owned) */
@@ -75,6 +82,8 @@ struct Daemon {
     GHashTable *jobs;           /* id -> Job * (a reference each) */
     void *exports;              /* qmp-export.c's state, or NULL */
     bool quit;                  /* `quit` or a signal: leave the loop */
+    bool stopped;               /* daemon_stop() ran */
+    DaemonSignal signals[3];
 };
 
 /* ---- daemon.c ---- */
@@ -87,13 +96,22 @@ struct Daemon {
 Daemon *daemon_new(const char *qmp_path, int max_clients, GError **errp);
 
 /*
- * Run the main loop until `quit`, SIGINT, SIGTERM or SIGHUP; then stop the
- * jobs (cancelled), the exports (drained, images flushed) and close every
- * node.  Returns the exit code (TOOL_EXIT_*).
+ * Run the main loop until `quit`, SIGINT, SIGTERM or SIGHUP; then stop
+ * (daemon_stop()).  A further signal while it stops exits at once
+ * (128 + the signal's number), as `start` does.  Returns the exit code:
+ * TOOL_EXIT_OK, or TOOL_EXIT_FAILURE when an image's flush failed.
  */
 int daemon_run(Daemon *d);
 
-/* Free everything daemon_run() has not (NULL is ignored). */
+/*
+ * Stop in order, once: no more QMP requests (qmp_server_close_input()),
+ * the jobs cancelled (daemon_jobs_stop()), the exports drained and their
+ * images flushed (daemon_exports_stop()), every node closed.  Returns 0
+ * or the first flush error (-errno); 0 when it ran before.
+ */
+int daemon_stop(Daemon *d);
+
+/* Stop (daemon_stop()) if not done yet, and free @d (NULL is ignored). */
 void daemon_free(Daemon *d);
 
 /*
@@ -103,6 +121,14 @@ void daemon_free(Daemon *d);
  */
 JsonNode *daemon_execute(Daemon *d, const char *name, JsonObject *args,
                          GError **errp);
+
+/*
+ * As daemon_execute(), for @args in QEMU's keyval syntax (keyval.h):
+ * every value a string, which qmp_arg_int() and qmp_arg_bool() convert
+ * while the command runs (qmp_args_set_keyval()).
+ */
+JsonNode *daemon_execute_keyval(Daemon *d, const char *name,
+                                JsonObject *args, GError **errp);
 
 /* ---- qmp-block.c: the node registry ---- */
 
