@@ -28,6 +28,8 @@
 #include "util/cutils.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -328,6 +330,20 @@ static bool node_file_lend(DaemonNode *f, DaemonNode *holder, GError **errp)
     return true;
 }
 
+/* QEMU's host_device check: @filename is a block or character device. */
+static bool node_is_device(const char *filename, GError **errp)
+{
+    GStatBuf st;
+
+    if (g_stat(filename, &st) == 0 && !S_ISBLK(st.st_mode) &&
+        !S_ISCHR(st.st_mode)) {
+        node_error(errp, "'host_device' driver requires '%s' to be either "
+                   "a character or block device", filename);
+        return false;
+    }
+    return true;
+}
+
 static bool node_open_file(DaemonNode *n, JsonObject *args,
                            const NodeOpts *o, GError **errp)
 {
@@ -339,9 +355,15 @@ static bool node_open_file(DaemonNode *n, JsonObject *args,
     const char *v = NULL;
     g_autoptr(GError) err = NULL;
 
-    if (!qmp_arg_str(args, "filename", true, &v, errp) ||
+    const char *filename = NULL;
+
+    if (!qmp_arg_str(args, "filename", true, &filename, errp) ||
         !node_arg_enum(args, "locking", lockings, lockings, &v, errp) ||
         !node_arg_enum(args, "aio", aios, threads, &v, errp)) {
+        return false;
+    }
+    if (!strcmp(n->driver, "host_device") &&
+        !node_is_device(filename, errp)) {
         return false;
     }
     n->read_only = o->read_only;
@@ -385,9 +407,8 @@ static DaemonNode *node_child(DaemonNode *n, JsonObject *args,
 {
     JsonNode *ref = json_object_get_member(args, name);
 
-    if (!ref || JSON_NODE_HOLDS_NULL(ref)) {
-        node_error(errp, "A block device must be specified for \"%s\"",
-                   name);
+    if (!ref) {
+        node_error(errp, "Parameter '%s' is missing", name);
         return NULL;
     }
     if (JSON_NODE_HOLDS_OBJECT(ref)) {
@@ -448,41 +469,22 @@ static bool node_open_raw(DaemonNode *n, JsonObject *args,
     return true;
 }
 
-/* Check a qcow2 node's backing against what its driver opened: the
- * image's own backing file (absent), none (null), or the node @name's
- * image (a node-name). */
+/*
+ * A qcow2 node's "backing": absent, the image's own backing file, which
+ * the driver opens itself; null, none (the driver's backing=none); or a
+ * node-name, which must be that backing file's node (the driver opens
+ * it, the node is the child record).  Checked after the open (@n->bs).
+ */
 static bool node_qcow2_backing(DaemonNode *n, JsonObject *args,
                                GError **errp)
 {
     JsonNode *ref = json_object_get_member(args, "backing");
-    BlockImageInfo info = { 0 };
     DaemonNode *b;
     const char *file;
     int depth;
-    bool ok = true;
 
-    if (!ref) {
+    if (!ref || JSON_NODE_HOLDS_NULL(ref)) {
         return true;
-    }
-    if (JSON_NODE_HOLDS_OBJECT(ref)) {
-        node_error(errp, "Parameter 'backing' as an inline dict is not "
-                   "supported by mirror-tool (give a node-name, null, or "
-                   "leave it out)");
-        return false;
-    }
-    if (JSON_NODE_HOLDS_NULL(ref)) {
-        if (!bdrv_get_info(n->bs, &info, errp)) {
-            return false;
-        }
-        if (info.backing_file) {
-            node_error(errp, "Parameter 'backing' null is not supported by "
-                       "mirror-tool for an image with a backing file "
-                       "('%s'): its qcow2 driver reads the backing file",
-                       info.backing_file);
-            ok = false;
-        }
-        bdrv_image_info_clear(&info);
-        return ok;
     }
     b = node_child(n, args, "backing", NULL, errp);
     if (!b) {
@@ -510,6 +512,7 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
     static const char *const sizes[] = {
         "l2-cache-size", "refcount-cache-size",
     };
+    JsonNode *backing;
     DaemonNode *f;
     int flags;
 
@@ -523,6 +526,16 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
             g_hash_table_insert(opts, (char *)sizes[i],
                                 g_strdup_printf("%" G_GINT64_FORMAT, v));
         }
+    }
+    backing = json_object_get_member(args, "backing");
+    if (backing && JSON_NODE_HOLDS_OBJECT(backing)) {
+        node_error(errp, "Parameter 'backing' as an inline dict is not "
+                   "supported by mirror-tool (give a node-name, null, or "
+                   "leave it out)");
+        return false;
+    }
+    if (backing && JSON_NODE_HOLDS_NULL(backing)) {
+        g_hash_table_insert(opts, "backing", g_strdup("none"));
     }
     if (o->direct) {
         node_error(errp, "Parameter 'cache.direct' is not supported by "
@@ -646,7 +659,7 @@ static bool node_open_nbd(DaemonNode *n, JsonObject *args,
         return false;
     }
     if (delay < 0 || delay > G_MAXUINT32) {
-        node_error(errp, "Parameter 'reconnect-delay' expects uint32");
+        node_error(errp, "Parameter 'reconnect-delay' expects uint32_t");
         return false;
     }
     if (tls_id) {
@@ -707,6 +720,11 @@ static bool node_open_null(DaemonNode *n, JsonObject *args,
         int64_t v = -1;
 
         if (!qmp_arg_int(args, sizes[i], false, &v, errp)) {
+            return false;
+        }
+        if (json_object_has_member(args, sizes[i]) && v < 0) {
+            node_error(errp, "Parameter '%s' expects a non-negative number "
+                       "below 2^64", sizes[i]);
             return false;
         }
         if (v >= 0) {
@@ -906,20 +924,6 @@ static void node_close(DaemonNode *n)
     }
 }
 
-/* cache.direct: a file's O_DIRECT; a raw or qcow2 node passes it to its
- * file (where qcow2 refuses it); the others have no page cache. */
-static bool node_check_direct(DaemonNode *n, const NodeOpts *o,
-                              GError **errp)
-{
-    if (o->direct && !node_is_file(n) && strcmp(n->driver, "raw") &&
-        strcmp(n->driver, "qcow2")) {
-        node_error(errp, "Parameter 'cache.direct' is not supported by "
-                   "mirror-tool for driver '%s'", n->driver);
-        return false;
-    }
-    return true;
-}
-
 static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
                             const NodeOpts *inherit, GError **errp)
 {
@@ -928,6 +932,7 @@ static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
         "auto-read-only", "force-share", "detect-zeroes",
     };
     g_autoptr(GPtrArray) allowed = g_ptr_array_new();
+    g_autoptr(JsonObject) node_args = NULL;
     const char *name = NULL, *driver = NULL;
     const NodeDriver *drv;
     DaemonNode *n;
@@ -954,6 +959,14 @@ static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
         node_error(errp, "'node-name' must be specified for the root node");
         return NULL;
     }
+    /* The node's args, with what it inherits; checked before its name,
+     * as QEMU does. */
+    node_args = node_args_copy(args);
+    if (!node_parse_base(node_args, inherit, &o, errp) ||
+        !node_check_supported(args, drv->members, drv->supported, errp)) {
+        node_prefix_error(errp, prefix);
+        return NULL;
+    }
     if (name && !node_id_wellformed(name)) {
         node_error(errp, "Invalid node-name: '%s'", name);
         return NULL;
@@ -975,11 +988,8 @@ static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
                    : g_strdup_printf("#block%" G_GUINT64_FORMAT "%02d",
                                      daemon_block_ids++,
                                      g_random_int_range(0, 100));
-    n->args = node_args_copy(args);
-    if (!node_parse_base(n->args, inherit, &o, errp) ||
-        !node_check_supported(args, drv->members, drv->supported, errp) ||
-        !node_check_direct(n, &o, errp) ||
-        !drv->open(n, n->args, &o, errp)) {
+    n->args = g_steal_pointer(&node_args);
+    if (!drv->open(n, n->args, &o, errp)) {
         node_prefix_error(errp, prefix);
         node_close(n);
         return NULL;
