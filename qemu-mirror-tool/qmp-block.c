@@ -424,29 +424,44 @@ static DaemonNode *node_child(DaemonNode *n, JsonObject *args,
                             errp);
 }
 
+/* Can @child be @n's child?  False with @errp set if not. */
+typedef bool NodeChildCheck(DaemonNode *n, DaemonNode *child,
+                            GError **errp);
+
 /*
- * Attach the "file" child of @args to @n (n->read_only set), refusing a
- * writer over a read-only one.  An implicit child made here goes again
+ * Attach the child @name of @args to @n as *@slot (a DAEMON_USE_CHILD
+ * use) once @check allows it.  An implicit child made here goes again
  * when this fails; once attached, node_close() releases it.
  */
-static DaemonNode *node_attach_file(DaemonNode *n, JsonObject *args,
-                                    const NodeOpts *o, GError **errp)
+static DaemonNode *node_attach(DaemonNode *n, JsonObject *args,
+                               const char *name, const NodeOpts *o,
+                               NodeChildCheck *check, DaemonNode **slot,
+                               GError **errp)
 {
-    DaemonNode *f = node_child(n, args, "file", o, errp);
+    DaemonNode *c = node_child(n, args, name, o, errp);
 
-    if (!f) {
+    if (!c) {
         return NULL;
     }
-    if (!n->read_only && f->read_only) {
-        node_error(errp, "Block node is read-only");
-        if (f->implicit) {
-            node_close(f);
+    if (!check(n, c, errp)) {
+        if (c->implicit) {
+            node_close(c);
         }
         return NULL;
     }
-    n->file = f;
-    daemon_node_use(f, DAEMON_USE_CHILD);
-    return f;
+    *slot = c;
+    daemon_node_use(c, DAEMON_USE_CHILD);
+    return c;
+}
+
+/* A file child: no writer over a read-only one (n->read_only set). */
+static bool node_check_file(DaemonNode *n, DaemonNode *f, GError **errp)
+{
+    if (!n->read_only && f->read_only) {
+        node_error(errp, "Block node is read-only");
+        return false;
+    }
+    return true;
 }
 
 static bool node_open_raw(DaemonNode *n, JsonObject *args,
@@ -455,7 +470,7 @@ static bool node_open_raw(DaemonNode *n, JsonObject *args,
     DaemonNode *f;
 
     n->read_only = o->read_only;
-    f = node_attach_file(n, args, o, errp);
+    f = node_attach(n, args, "file", o, node_check_file, &n->file, errp);
     if (!f) {
         return false;
     }
@@ -469,28 +484,13 @@ static bool node_open_raw(DaemonNode *n, JsonObject *args,
     return true;
 }
 
-/*
- * A qcow2 node's "backing": absent, the image's own backing file, which
- * the driver opens itself; null, none (the driver's backing=none); or a
- * node-name, which must be that backing file's node (the driver opens
- * it, the node is the child record).  Checked after the open (@n->bs).
- */
-static bool node_qcow2_backing(DaemonNode *n, JsonObject *args,
-                               GError **errp)
+/* A backing child: the node of the image's backing file, which the
+ * qcow2 driver opened itself (n->bs). */
+static bool node_check_backing(DaemonNode *n, DaemonNode *b, GError **errp)
 {
-    JsonNode *ref = json_object_get_member(args, "backing");
-    DaemonNode *b;
-    const char *file;
+    const char *file = node_image_file(b);
     int depth;
 
-    if (!ref || JSON_NODE_HOLDS_NULL(ref)) {
-        return true;
-    }
-    b = node_child(n, args, "backing", NULL, errp);
-    if (!b) {
-        return false;
-    }
-    file = node_image_file(b);
     if (!file || !bdrv_chain_contains(n->bs, file, &depth, NULL) ||
         depth != 1) {
         node_error(errp, "Parameter 'backing': node '%s' is not the "
@@ -498,8 +498,6 @@ static bool node_qcow2_backing(DaemonNode *n, JsonObject *args,
                    "driver opens itself", b->name);
         return false;
     }
-    n->backing = b;
-    daemon_node_use(b, DAEMON_USE_CHILD);
     return true;
 }
 
@@ -543,7 +541,7 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
         return false;
     }
     n->read_only = o->read_only;
-    f = node_attach_file(n, args, o, errp);
+    f = node_attach(n, args, "file", o, node_check_file, &n->file, errp);
     if (!f) {
         return false;
     }
@@ -571,7 +569,12 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
         flags |= BDRV_O_FORCE_SHARE;
     }
     n->bs = bdrv_open(node_image_file(f), "qcow2", flags, opts, errp);
-    return n->bs && node_qcow2_backing(n, args, errp);
+    /* "backing": absent, the image's own backing file, opened by the
+     * driver with its chain; null, none (backing=none above); or a
+     * node-name, which must be that backing file's node. */
+    return n->bs && (!backing || JSON_NODE_HOLDS_NULL(backing) ||
+                     node_attach(n, args, "backing", NULL,
+                                 node_check_backing, &n->backing, errp));
 }
 
 /* host:port as an NBD URI's authority (IPv6 literals in brackets). */
@@ -1050,29 +1053,33 @@ static const char *node_filename(DaemonNode *n)
                                          : bdrv_get_filename(n->bs);
 }
 
-/*
- * QEMU's ImageInfo of @n ("format" is the node's driver: "file" for a
- * file node), with the backing node's as "backing-image" unless @flat.
- */
-static JsonNode *node_image_json(DaemonNode *n, bool flat)
+/* What @n's driver knows of its image, as QEMU names it ("format" is the
+ * node's driver: "file" for a file node).  Clear @info after. */
+static void node_get_info(DaemonNode *n, BlockImageInfo *info)
+{
+    *info = (BlockImageInfo) { 0 };
+    if (!bdrv_get_info(n->bs, info, NULL)) {
+        /* The node is open: only its file's stat can fail. */
+        info->virtual_size = bdrv_getlength(n->bs);
+        info->actual_size = -1;
+    }
+    info->format = n->driver;
+    if (!strcmp(n->driver, "null-co")) {
+        info->actual_size = 0;
+    }
+}
+
+/* QEMU's ImageInfo of @n from @info, with the backing node's as
+ * "backing-image" unless @flat. */
+static JsonNode *node_image_json(DaemonNode *n, BlockImageInfo *info,
+                                 bool flat)
 {
     g_autoptr(JsonBuilder) b = json_builder_new();
-    BlockImageInfo info = { 0 };
     JsonNode *root;
 
-    if (!bdrv_get_info(n->bs, &info, NULL)) {
-        /* The node is open: only its file's stat can fail. */
-        info.virtual_size = bdrv_getlength(n->bs);
-        info.actual_size = -1;
-    }
-    info.format = n->driver;
-    if (!strcmp(n->driver, "null-co")) {
-        info.actual_size = 0;
-    }
     json_builder_begin_object(b);
-    tool_image_info_json(b, node_filename(n), &info);
+    tool_image_info_json(b, node_filename(n), info);
     json_builder_end_object(b);
-    bdrv_image_info_clear(&info);
     root = json_builder_get_root(b);
     /* QEMU's drivers without bdrv_get_info() have no dirty flag, and
      * its nbd driver shows nothing specific. */
@@ -1082,8 +1089,12 @@ static JsonNode *node_image_json(DaemonNode *n, bool flat)
                                   "format-specific");
     }
     if (!flat && n->backing) {
+        BlockImageInfo binfo;
+
+        node_get_info(n->backing, &binfo);
         json_object_set_member(json_node_get_object(root), "backing-image",
-                               node_image_json(n->backing, flat));
+                               node_image_json(n->backing, &binfo, flat));
+        bdrv_image_info_clear(&binfo);
     }
     return root;
 }
@@ -1095,9 +1106,10 @@ static void node_info_json(JsonBuilder *b, DaemonNode *n, bool flat)
         "bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr",
         "write_threshold",
     };
-    BlockImageInfo info = { 0 };
+    BlockImageInfo info;
     int depth = 0;
 
+    node_get_info(n, &info);
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "file");
     json_builder_add_string_value(b, node_filename(n));
@@ -1107,13 +1119,11 @@ static void node_info_json(JsonBuilder *b, DaemonNode *n, bool flat)
     json_builder_add_boolean_value(b, n->read_only);
     json_builder_set_member_name(b, "drv");
     json_builder_add_string_value(b, n->driver);
-    if (bdrv_get_info(n->bs, &info, NULL) && info.backing_file &&
-        info.layers && info.layers->len > 1) {
+    if (info.backing_file && info.layers && info.layers->len > 1) {
         depth = info.layers->len - 1;
         json_builder_set_member_name(b, "backing_file");
         json_builder_add_string_value(b, g_ptr_array_index(info.layers, 1));
     }
-    bdrv_image_info_clear(&info);
     json_builder_set_member_name(b, "backing_file_depth");
     json_builder_add_int_value(b, depth);
     json_builder_set_member_name(b, "encrypted");
@@ -1125,7 +1135,8 @@ static void node_info_json(JsonBuilder *b, DaemonNode *n, bool flat)
         json_builder_add_int_value(b, 0);
     }
     json_builder_set_member_name(b, "image");
-    json_builder_add_value(b, node_image_json(n, flat));
+    json_builder_add_value(b, node_image_json(n, &info, flat));
+    bdrv_image_info_clear(&info);
     json_builder_set_member_name(b, "cache");
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "writeback");
