@@ -274,6 +274,29 @@ static bool node_is_file(const DaemonNode *n)
     return !strcmp(n->driver, "file") || !strcmp(n->driver, "host_device");
 }
 
+/* The file name QEMU shows for @n ("null-co://" for null-co). */
+static const char *node_filename(DaemonNode *n)
+{
+    return !strcmp(n->driver, "null-co") ? "null-co://"
+                                         : bdrv_get_filename(n->bs);
+}
+
+/* What @n's driver knows of its image, as QEMU names it ("format" is the
+ * node's driver: "file" for a file node).  Clear @info after. */
+static void node_get_info(DaemonNode *n, BlockImageInfo *info)
+{
+    *info = (BlockImageInfo) { 0 };
+    if (!bdrv_get_info(n->bs, info, NULL)) {
+        /* The node is open: only its file's stat can fail. */
+        info->virtual_size = bdrv_getlength(n->bs);
+        info->actual_size = -1;
+    }
+    info->format = n->driver;
+    if (!strcmp(n->driver, "null-co")) {
+        info->actual_size = 0;
+    }
+}
+
 /* The options of n->args (stored with what it inherited, see node_add()):
  * the cache.* members. */
 static bool node_cache_member(const DaemonNode *n, const char *name)
@@ -501,6 +524,53 @@ static bool node_check_backing(DaemonNode *n, DaemonNode *b, GError **errp)
     return true;
 }
 
+/*
+ * Absent "backing": QEMU opens the backing file the image names as
+ * implicit nodes, a format node over a file node, read-only.  Our qcow2
+ * driver reads it through a chain of its own; these are read-only opens
+ * of the same files, so that the query shows what QEMU's does and a user
+ * that names them reads what the chain reads.  Made in QEMU's order:
+ * after @n (node_reseq()), each over its own backing in turn.
+ */
+static bool node_add_backing_chain(DaemonNode *n, GError **errp)
+{
+    g_autoptr(BlockDriverState) probe = NULL;
+    g_autoptr(JsonObject) args = json_object_new();
+    g_autoptr(JsonObject) file = json_object_new();
+    NodeOpts o = { .read_only = true };
+    BlockImageInfo info;
+    const char *layer, *fmt;
+    DaemonNode *b = NULL;
+
+    node_get_info(n, &info);
+    if (!info.layers || info.layers->len < 2) {
+        bdrv_image_info_clear(&info);
+        return true;
+    }
+    layer = g_ptr_array_index(info.layers, 1);
+    fmt = info.backing_format;
+    if (!fmt) {
+        /* The driver probed it: so do we, as QEMU does. */
+        probe = bdrv_open(layer, NULL, BDRV_O_NO_IO | BDRV_O_FORCE_SHARE,
+                          NULL, errp);
+        fmt = probe ? bdrv_get_format_name(probe) : NULL;
+    }
+    if (fmt) {
+        json_object_set_string_member(file, "driver", "file");
+        json_object_set_string_member(file, "filename", layer);
+        json_object_set_string_member(args, "driver", fmt);
+        json_object_set_object_member(args, "file", json_object_ref(file));
+        b = node_add(n->daemon, args, "backing", &o, errp);
+    }
+    bdrv_image_info_clear(&info);
+    if (!b) {
+        return false;
+    }
+    n->backing = b;
+    daemon_node_use(b, DAEMON_USE_CHILD);
+    return true;
+}
+
 static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
                             const NodeOpts *o, GError **errp)
 {
@@ -570,11 +640,18 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
     }
     n->bs = bdrv_open(node_image_file(f), "qcow2", flags, opts, errp);
     /* "backing": absent, the image's own backing file, opened by the
-     * driver with its chain; null, none (backing=none above); or a
-     * node-name, which must be that backing file's node. */
-    return n->bs && (!backing || JSON_NODE_HOLDS_NULL(backing) ||
-                     node_attach(n, args, "backing", NULL,
-                                 node_check_backing, &n->backing, errp));
+     * driver with its chain (and as implicit nodes); null, none
+     * (backing=none above); or a node-name, which must be that backing
+     * file's node. */
+    if (!n->bs) {
+        return false;
+    }
+    if (!backing) {
+        return node_add_backing_chain(n, errp);
+    }
+    return JSON_NODE_HOLDS_NULL(backing) ||
+           node_attach(n, args, "backing", NULL, node_check_backing,
+                       &n->backing, errp);
 }
 
 /* host:port as an NBD URI's authority (IPv6 literals in brackets). */
@@ -910,6 +987,9 @@ static void node_close(DaemonNode *n)
     }
     if (backing) {
         daemon_node_unuse(backing, DAEMON_USE_CHILD);
+        if (backing->implicit) {
+            node_close(backing);
+        }
     }
     if (!file) {
         return;
@@ -924,6 +1004,19 @@ static void node_close(DaemonNode *n)
             g_warning("node '%s' keeps no locks: %s", file->name,
                       err->message);
         }
+    }
+}
+
+/* Number the implicit backing node @b (made while its parent opened)
+ * after its parent, as QEMU makes it: its file, itself, its backing. */
+static void node_reseq(DaemonNode *b)
+{
+    if (b->file && b->file->implicit) {
+        b->file->seq = daemon_node_seq++;
+    }
+    b->seq = daemon_node_seq++;
+    if (b->backing && b->backing->implicit) {
+        node_reseq(b->backing);
     }
 }
 
@@ -1005,6 +1098,9 @@ static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
     }
     n->seq = daemon_node_seq++;
     g_hash_table_insert(d->nodes, n->name, n);
+    if (n->backing && n->backing->implicit) {
+        node_reseq(n->backing);
+    }
     return n;
 }
 
@@ -1046,29 +1142,6 @@ static JsonNode *qmp_blockdev_del(JsonObject *args, void *opaque,
     return NULL;
 }
 
-/* The file name QEMU shows for @n ("null-co://" for null-co). */
-static const char *node_filename(DaemonNode *n)
-{
-    return !strcmp(n->driver, "null-co") ? "null-co://"
-                                         : bdrv_get_filename(n->bs);
-}
-
-/* What @n's driver knows of its image, as QEMU names it ("format" is the
- * node's driver: "file" for a file node).  Clear @info after. */
-static void node_get_info(DaemonNode *n, BlockImageInfo *info)
-{
-    *info = (BlockImageInfo) { 0 };
-    if (!bdrv_get_info(n->bs, info, NULL)) {
-        /* The node is open: only its file's stat can fail. */
-        info->virtual_size = bdrv_getlength(n->bs);
-        info->actual_size = -1;
-    }
-    info->format = n->driver;
-    if (!strcmp(n->driver, "null-co")) {
-        info->actual_size = 0;
-    }
-}
-
 /* QEMU's ImageInfo of @n from @info, with the backing node's as
  * "backing-image" unless @flat. */
 static JsonNode *node_image_json(DaemonNode *n, BlockImageInfo *info,
@@ -1081,6 +1154,17 @@ static JsonNode *node_image_json(DaemonNode *n, BlockImageInfo *info,
     tool_image_info_json(b, node_filename(n), info);
     json_builder_end_object(b);
     root = json_builder_get_root(b);
+    /* Where the backing file is, also when it was not opened (backing:
+     * null), as QEMU shows it. */
+    if (info->backing_file && !(info->layers && info->layers->len > 1)) {
+        g_autofree char *dir = g_path_get_dirname(node_filename(n));
+        g_autofree char *full = g_path_is_absolute(info->backing_file)
+            ? g_strdup(info->backing_file)
+            : g_build_filename(dir, info->backing_file, NULL);
+
+        json_object_set_string_member(json_node_get_object(root),
+                                      "full-backing-filename", full);
+    }
     /* QEMU's drivers without bdrv_get_info() have no dirty flag, and
      * its nbd driver shows nothing specific. */
     if (!strcmp(n->driver, "null-co") || !strcmp(n->driver, "nbd")) {

@@ -335,6 +335,20 @@ def test_qcow2(d, work, base, top, lone):
        n["t"]["image"].get("backing-filename") == "base.qcow2" and
        n["t"]["image"].get("full-backing-filename") == base,
        "qcow2: the image's own backing file, absent 'backing'")
+    names = list(n)
+    ok(len(names) == 4 and names[2:] == ["t", "tf"] and
+       all(re.fullmatch(r"#block\d{3,}", k) for k in names[:2]) and
+       n[names[0]]["drv"] == "qcow2" and n[names[0]]["ro"] is True and
+       n[names[0]]["file"] == base and n[names[1]]["drv"] == "file" and
+       n[names[1]]["file"] == base and shape_ok(n[names[0]]),
+       "qcow2: its backing file as implicit nodes, listed as QEMU's (%s)" %
+       names)
+    ok(nodes(d, flat=False)["t"]["image"].get("backing-image", {})
+       .get("filename") == base, "qcow2: the implicit backing-image")
+    if len(names) == 4:
+        ok(err(d.cmd("blockdev-del", **{"node-name": names[0]})) ==
+           generic("Node %s is not owned by the monitor" % names[0]),
+           "qcow2: its implicit backing is not the monitor's")
     ok(locked(top), "qcow2: its image is locked")
     ok(err(d.cmd("blockdev-del", **{"node-name": "tf"})) ==
        generic("Block device tf is in use"), "qcow2: its file is in use")
@@ -347,7 +361,9 @@ def test_qcow2(d, work, base, top, lone):
                     "a format node, which does not share 'write'"),
             "qcow2: a writable raw beside it")
     ok(d.cmd("blockdev-del", **{"node-name": "t"}) == {"return": {}} and
-       locked(top), "qcow2: deleted; the file node has its locks back")
+       sorted(nodes(d)) == ["tf"],
+       "qcow2: deleted, with its implicit backing nodes")
+    ok(locked(top), "qcow2: the file node has its locks back")
     d.cmd("blockdev-del", **{"node-name": "tf"})
     ok(not nodes(d) and not locked(top), "qcow2: all locks gone")
 
