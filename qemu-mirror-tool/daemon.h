@@ -79,7 +79,9 @@ struct DaemonNode {
      * its parent. */
     bool implicit;
     /* The qcow2 node whose driver locks this file node's image itself:
-     * @bs was reopened without locks until that parent goes; NULL: none. */
+     * @bs was reopened without locks until that parent goes (and is not
+     * reopened with them while an export or a job uses the node then);
+     * NULL: none.  Only a node without users gets a qcow2 parent. */
     DaemonNode *lock_holder;
     uint64_t seq;               /* creation order, for the queries */
     JsonObject *args;           /* the blockdev-add arguments (a ref) */

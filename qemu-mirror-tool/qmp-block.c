@@ -997,11 +997,17 @@ static void node_close(DaemonNode *n)
     daemon_node_unuse(file, DAEMON_USE_CHILD);
     if (file->implicit) {
         node_close(file);
+    } else if (lent && (file->uses[DAEMON_USE_BLK] || file->top)) {
+        /* An export or a job took the file node meanwhile: its node
+         * stays, without locks (reopening it would pull it away). */
+        file->lock_holder = NULL;
+        g_warning("node '%s' keeps no image locks: it is in use",
+                  file->name);
     } else if (lent) {
         g_autoptr(GError) err = NULL;
 
         if (!node_file_lend(file, NULL, &err)) {
-            g_warning("node '%s' keeps no locks: %s", file->name,
+            g_warning("node '%s' keeps no image locks: %s", file->name,
                       err->message);
         }
     }

@@ -474,6 +474,68 @@ def test_nbd(d, work):
     d.cmd("object-del", id="sec")
 
 
+def make_pki(work):
+    """A CA and a server certificate for localhost (pki: qemu-nbd's
+    layout), the CA alone (cli) and another CA (other)."""
+    dirs = [os.path.join(work, x) for x in ("pki", "cli", "other")]
+    tmpl = os.path.join(work, "t.info")
+    for x in dirs:
+        os.mkdir(x)
+
+    def certtool(text, *args):
+        with open(tmpl, "w") as f:
+            f.write(text + "expiration_days = 2\n")
+        subprocess.run(["certtool", "--template", tmpl] + list(args),
+                       capture_output=True, check=True)
+
+    for x in (dirs[0], dirs[2]):
+        with open(x + "/ca-key.pem", "w") as f:
+            subprocess.run(["certtool", "--generate-privkey",
+                            "--key-type=ecdsa"], stdout=f,
+                           stderr=subprocess.DEVNULL, check=True)
+        certtool("cn = Test CA\nca\ncert_signing_key\n",
+                 "--generate-self-signed", "--load-privkey",
+                 x + "/ca-key.pem", "--outfile", x + "/ca-cert.pem")
+    shutil.copy(dirs[0] + "/ca-key.pem", dirs[0] + "/server-key.pem")
+    certtool("cn = localhost\ndns_name = localhost\ntls_www_server\n"
+             "encryption_key\nsigning_key\n", "--generate-certificate",
+             "--load-ca-certificate", dirs[0] + "/ca-cert.pem",
+             "--load-ca-privkey", dirs[0] + "/ca-key.pem",
+             "--load-privkey", dirs[0] + "/server-key.pem",
+             "--outfile", dirs[0] + "/server-cert.pem")
+    shutil.copy(dirs[0] + "/ca-cert.pem", dirs[1])
+    return dirs
+
+
+def test_nbd_x509(d, work):
+    pki, cli, other = make_pki(work)
+    port = str(free_port())
+    p, _ = nbdkit(work, "-i", "127.0.0.1", "-p", port, "--tls=require",
+                  "--tls-certificates=" + pki)
+    server = {"type": "inet", "host": "localhost", "port": port}
+    r = d.cmd("object-add", **{"qom-type": "tls-creds-x509", "id": "srv",
+                               "dir": pki, "endpoint": "server"})
+    ok(r == {"return": {}}, "object-add tls-creds-x509 (server)")
+    for creds_id, creds_dir, verify, good in (
+            ("ca", cli, True, True), ("wrong", other, True, False),
+            ("noverify", other, False, True)):
+        d.cmd("object-add", **{"qom-type": "tls-creds-x509",
+                               "id": creds_id, "dir": creds_dir,
+                               "verify-peer": verify})
+        r = add(d, **{"driver": "nbd", "node-name": "x", "export": "exp",
+                      "tls-creds": creds_id, "server": server})
+        ok((r == {"return": {}}) == good and
+           ("x" in nodes(d)) == good,
+           "nbd with tls-creds x509: %s CA, verify-peer %s: %s" %
+           ("its" if creds_dir == cli else "another", verify,
+            "connects" if good else "refused"))
+        d.cmd("blockdev-del", **{"node-name": "x"})
+        d.cmd("object-del", id=creds_id)
+    d.cmd("object-del", id="srv")
+    p.terminate()
+    p.wait()
+
+
 def test_null(d):
     r = add(d, **{"driver": "null-co", "node-name": "z"})
     n = nodes(d).get("z", {})
@@ -688,7 +750,7 @@ def test_objects(d, work):
 
 
 def main():
-    for prog in ("qemu-img", "nbdkit", "psktool"):
+    for prog in ("qemu-img", "qemu-io", "nbdkit", "psktool", "certtool"):
         if not shutil.which(prog):
             print("1..0 # SKIP %s is not installed" % prog)
             return 0
@@ -709,6 +771,7 @@ def main():
         test_raw(d, raw)
         test_qcow2(d, work, base, top, lone)
         test_nbd(d, work)
+        test_nbd_x509(d, work)
         test_null(d)
         test_errors(d, work, raw, top)
         test_objects(d, work)
