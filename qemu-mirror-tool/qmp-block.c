@@ -173,6 +173,34 @@ static bool node_arg_enum(JsonObject *args, const char *name,
     return true;
 }
 
+/*
+ * The integer members @names (NULL-terminated) of @args, those present,
+ * as driver options in @opts (keys static, values g_free'd): QEMU's
+ * sizes and counts, so a negative one is refused as QEMU words it.
+ */
+static bool node_take_sizes(JsonObject *args, const char *const *names,
+                            GHashTable *opts, GError **errp)
+{
+    for (size_t i = 0; names[i]; i++) {
+        int64_t v = -1;
+
+        if (!qmp_arg_int(args, names[i], false, &v, errp)) {
+            return false;
+        }
+        if (!json_object_has_member(args, names[i])) {
+            continue;
+        }
+        if (v < 0) {
+            node_error(errp, "Parameter '%s' expects a non-negative number "
+                       "below 2^64", names[i]);
+            return false;
+        }
+        g_hash_table_insert(opts, (char *)names[i],
+                            g_strdup_printf("%" G_GINT64_FORMAT, v));
+    }
+    return true;
+}
+
 /* Refuse the members of @args in @members that are not in @supported:
  * QEMU has them, we do not. */
 static bool node_check_supported(JsonObject *args,
@@ -375,10 +403,8 @@ static bool node_open_file(DaemonNode *n, JsonObject *args,
         "threads", "native", "io_uring", NULL,
     };
     static const char *const threads[] = { "threads", NULL };
-    const char *v = NULL;
+    const char *filename = NULL, *v = NULL;
     g_autoptr(GError) err = NULL;
-
-    const char *filename = NULL;
 
     if (!qmp_arg_str(args, "filename", true, &filename, errp) ||
         !node_arg_enum(args, "locking", lockings, lockings, &v, errp) ||
@@ -415,15 +441,15 @@ static const char *node_image_file(const DaemonNode *n)
                            : NULL;
 }
 
+static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
+                            const NodeOpts *inherit, GError **errp);
+static void node_close(DaemonNode *n);
+
 /*
  * The child @n's member @name names: a node-name or an inline dict (made
  * now as an implicit node, inheriting @o); NULL with @errp set.  The
  * child is the caller's: on failure the caller deletes an implicit one.
  */
-static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
-                            const NodeOpts *inherit, GError **errp);
-static void node_close(DaemonNode *n);
-
 static DaemonNode *node_child(DaemonNode *n, JsonObject *args,
                               const char *name, const NodeOpts *o,
                               GError **errp)
@@ -578,22 +604,14 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
                                                        g_str_equal, NULL,
                                                        g_free);
     static const char *const sizes[] = {
-        "l2-cache-size", "refcount-cache-size",
+        "l2-cache-size", "refcount-cache-size", NULL,
     };
     JsonNode *backing;
     DaemonNode *f;
     int flags;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
-        int64_t v = -1;
-
-        if (!qmp_arg_int(args, sizes[i], false, &v, errp)) {
-            return false;
-        }
-        if (v >= 0) {
-            g_hash_table_insert(opts, (char *)sizes[i],
-                                g_strdup_printf("%" G_GINT64_FORMAT, v));
-        }
+    if (!node_take_sizes(args, sizes, opts, errp)) {
+        return false;
     }
     backing = json_object_get_member(args, "backing");
     if (backing && JSON_NODE_HOLDS_OBJECT(backing)) {
@@ -793,24 +811,11 @@ static bool node_open_null(DaemonNode *n, JsonObject *args,
     g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
                                                        g_str_equal, NULL,
                                                        g_free);
-    static const char *const sizes[] = { "size", "latency-ns" };
+    static const char *const sizes[] = { "size", "latency-ns", NULL };
     bool zeroes;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
-        int64_t v = -1;
-
-        if (!qmp_arg_int(args, sizes[i], false, &v, errp)) {
-            return false;
-        }
-        if (json_object_has_member(args, sizes[i]) && v < 0) {
-            node_error(errp, "Parameter '%s' expects a non-negative number "
-                       "below 2^64", sizes[i]);
-            return false;
-        }
-        if (v >= 0) {
-            g_hash_table_insert(opts, (char *)sizes[i],
-                                g_strdup_printf("%" G_GINT64_FORMAT, v));
-        }
+    if (!node_take_sizes(args, sizes, opts, errp)) {
+        return false;
     }
     /* Reads always return zeroes: what read-zeroes=false allows too. */
     if (!qmp_arg_bool(args, "read-zeroes", false, &zeroes, errp)) {
