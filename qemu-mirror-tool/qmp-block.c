@@ -597,6 +597,17 @@ static bool node_add_backing_chain(DaemonNode *n, GError **errp)
     return true;
 }
 
+/* Is the BlockdevRefOrNull @ref null: JSON null, or the command line's
+ * empty value ("backing=", as QEMU's keyval has it; no node-name is
+ * empty)? */
+static bool node_ref_is_null(JsonNode *ref)
+{
+    return JSON_NODE_HOLDS_NULL(ref) ||
+           (JSON_NODE_HOLDS_VALUE(ref) &&
+            json_node_get_value_type(ref) == G_TYPE_STRING &&
+            !*json_node_get_string(ref));
+}
+
 static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
                             const NodeOpts *o, GError **errp)
 {
@@ -620,7 +631,7 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
                    "leave it out)");
         return false;
     }
-    if (backing && JSON_NODE_HOLDS_NULL(backing)) {
+    if (backing && node_ref_is_null(backing)) {
         g_hash_table_insert(opts, "backing", g_strdup("none"));
     }
     if (o->direct) {
@@ -667,7 +678,7 @@ static bool node_open_qcow2(DaemonNode *n, JsonObject *args,
     if (!backing) {
         return node_add_backing_chain(n, errp);
     }
-    return JSON_NODE_HOLDS_NULL(backing) ||
+    return node_ref_is_null(backing) ||
            node_attach(n, args, "backing", NULL, node_check_backing,
                        &n->backing, errp);
 }

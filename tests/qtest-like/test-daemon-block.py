@@ -375,6 +375,11 @@ def test_qcow2(d, work, base, top, lone):
        "qcow2: backing null, over an inline file")
     d.cmd("blockdev-del", **{"node-name": "t"})
     ok(not nodes(d), "qcow2: its inline file went with it")
+    r = add(d, **{"driver": "qcow2", "node-name": "t", "backing": "",
+                  "file": {"driver": "file", "filename": top}})
+    ok(r == {"return": {}} and len(nodes(d)) == 2,
+       "qcow2: backing \"\" (the command line's null) is null")
+    d.cmd("blockdev-del", **{"node-name": "t"})
 
     add(d, **{"driver": "file", "node-name": "bf", "filename": base,
               "read-only": True})
