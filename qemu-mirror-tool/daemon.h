@@ -52,6 +52,8 @@ struct DaemonNode {
     char *name;                 /* node-name, unique in the daemon */
     char *driver;               /* QAPI BlockdevDriver: "file", "raw", ... */
     BlockDriverState *bs;       /* one reference held by the node */
+    /* The node's own: its @bs may be writable all the same (a read-only
+     * raw node shares its file node's), so users check this. */
     bool read_only;
     unsigned uses[DAEMON_USE__MAX];
     /* Set while a job blocks the node (QEMU's op blocker): blockdev-del
