@@ -375,6 +375,13 @@ def test_qcow2(d, work, base, top, lone):
        "qcow2: backing null, over an inline file")
     d.cmd("blockdev-del", **{"node-name": "t"})
     ok(not nodes(d), "qcow2: its inline file went with it")
+    sums = [run(TOOL, "checksum", *args).stdout.split()[:1] for args in
+            (["--open-opts", "backing=none", top], [top], [lone])]
+    ok(sums[0] and sums[0] == sums[2] and sums[0] != sums[1],
+       "qcow2 node option backing=none: reads zeroes, not the backing file")
+    r = run(TOOL, "checksum", "--open-opts", "backing=bogus", top)
+    ok(r.returncode == 2 and "backing 'bogus': expected none" in r.stderr,
+       "qcow2 node option backing=bogus refused")
     r = add(d, **{"driver": "qcow2", "node-name": "t", "backing": "",
                   "file": {"driver": "file", "filename": top}})
     ok(r == {"return": {}} and len(nodes(d)) == 2,
