@@ -52,6 +52,8 @@ struct DaemonNode {
     char *name;                 /* node-name, unique in the daemon */
     char *driver;               /* QAPI BlockdevDriver: "file", "raw", ... */
     BlockDriverState *bs;       /* one reference held by the node */
+    /* The node's own: its @bs may be writable all the same (a read-only
+     * raw node shares its file node's), so users check this. */
     bool read_only;
     unsigned uses[DAEMON_USE__MAX];
     /* Set while a job blocks the node (QEMU's op blocker): blockdev-del
@@ -66,6 +68,25 @@ struct DaemonNode {
      * moves to the target's node: daemon_node_move_top()).
      */
     BlockDriverState *top;
+
+    /* ---- qmp-block.c's (read them, never change them) ---- */
+    /* The children blockdev-add gave the node (a DAEMON_USE_CHILD use of
+     * each), NULL: none.  @backing is only set for a backing node given
+     * by node-name; the images a qcow2 node names itself are opened by
+     * its driver and have no node (see docs/mirror-tool.md). */
+    DaemonNode *file;
+    DaemonNode *backing;
+    /* Made for a parent's inline dict (named "#blockNNN" as QEMU does
+     * when the dict has no node-name): not the monitor's, deleted with
+     * its parent. */
+    bool implicit;
+    /* The qcow2 node whose driver locks this file node's image itself:
+     * @bs was reopened without locks until that parent goes (and is not
+     * reopened with them while an export or a job uses the node then);
+     * NULL: none.  Only a node without users gets a qcow2 parent. */
+    DaemonNode *lock_holder;
+    uint64_t seq;               /* creation order, for the queries */
+    JsonObject *args;           /* the blockdev-add arguments (a ref) */
 };
 
 /* A signal that stops the daemon (SIGINT, SIGTERM, SIGHUP). */
@@ -74,6 +95,37 @@ typedef struct DaemonSignal {
     int signum;
     guint source;               /* its g_unix_signal_add() source */
 } DaemonSignal;
+
+/* TLS credentials kinds and ends (QEMU's tls-creds-x509, tls-creds-psk). */
+typedef enum DaemonTlsKind {
+    DAEMON_TLS_X509,
+    DAEMON_TLS_PSK,
+} DaemonTlsKind;
+
+typedef enum DaemonTlsEndpoint {
+    DAEMON_TLS_CLIENT,
+    DAEMON_TLS_SERVER,
+} DaemonTlsEndpoint;
+
+/*
+ * An object-add tls-creds-x509 or tls-creds-psk.  Valid until its
+ * object-del, which QEMU allows while the credentials are in use: a user
+ * copies what it keeps (nbd-server-start loads the files into its
+ * NbdTlsCreds; an nbd node copies the paths into its URI).
+ */
+typedef struct DaemonTlsCreds {
+    char *id;
+    DaemonTlsKind kind;
+    DaemonTlsEndpoint endpoint; /* endpoint, default "client" */
+    char *dir;                  /* dir, as given (required) */
+    /* X.509 (verify-peer, default true): the peer must present a
+     * certificate signed by dir/ca-cert.pem. */
+    bool verify_peer;
+    /* PSK: dir/keys.psk ("username:hexkey" lines), and the client's user
+     * name (username, default "qemu"; NULL for a server). */
+    char *psk_file;
+    char *username;
+} DaemonTlsCreds;
 
 struct Daemon {
     QmpServer *qmp;
@@ -166,9 +218,19 @@ BlockDriverState *daemon_node_top(DaemonNode *n, GError **errp);
  */
 void daemon_node_move_top(DaemonNode *from, DaemonNode *to);
 
-/* The TLS credentials object @id (object-add tls-creds-x509/-psk), or
- * NULL with @errp set as QEMU words it. */
-void *daemon_object_find_tls(Daemon *d, const char *id, GError **errp);
+/*
+ * The TLS credentials object @id (object-add tls-creds-x509/-psk), or
+ * NULL with @errp set as QEMU words it: "No TLS credentials with id 'X'",
+ * "Object with id 'X' is not TLS credentials".  See DaemonTlsCreds for
+ * how long it lives.
+ */
+DaemonTlsCreds *daemon_object_find_tls(Daemon *d, const char *id,
+                                       GError **errp);
+
+/* Are @creds for the end @endpoint?  False with @errp set as QEMU words
+ * it: "Expected TLS credentials for a server endpoint" (or client). */
+bool daemon_tls_check_endpoint(const DaemonTlsCreds *creds,
+                               DaemonTlsEndpoint endpoint, GError **errp);
 
 /* ---- qmp-export.c ---- */
 
