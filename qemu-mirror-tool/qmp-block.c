@@ -1150,7 +1150,10 @@ static JsonNode *qmp_blockdev_del(JsonObject *args, void *opaque,
     n = g_hash_table_lookup(d->nodes, name);
     if (!n) {
         node_error(errp, "Failed to find node with node-name='%s'", name);
-    } else if (n->uses[DAEMON_USE_BLK]) {
+    } else if (n->uses[DAEMON_USE_BLK] &&
+               !(n->blocker && n->uses[DAEMON_USE_CHILD])) {
+        /* A job's source: QEMU's mirror filter took over its exports'
+         * BlockBackends, the node has none of its own. */
         node_error(errp, "Node %s is in use", name);
     } else if (n->blocker) {
         node_error(errp, "Node '%s' is busy: %s", name, n->blocker);

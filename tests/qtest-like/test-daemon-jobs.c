@@ -688,6 +688,25 @@ static void test_errors(void)
     add_node(t, "src2", 1 * MiB, 8);
     add_node(t, "dst2", 1 * MiB, 0);
     client_ok(c, MIRROR_MANUAL("a", "src", "dst"));
+    /* The job's nodes cannot go, with or without an export of the
+     * source (an export's use of the node, here without one). */
+    for (int exported = 0; exported < 2; exported++) {
+        DaemonNode *src = g_hash_table_lookup(t->d->nodes, "src");
+
+        if (exported) {
+            daemon_node_use(src, DAEMON_USE_BLK);
+        }
+        client_error(c, "{\"execute\": \"blockdev-del\", \"arguments\": "
+                     "{\"node-name\": \"src\"}}", "GenericError",
+                     "Node 'src' is busy: block device is in use by block "
+                     "job: mirror");
+        client_error(c, "{\"execute\": \"blockdev-del\", \"arguments\": "
+                     "{\"node-name\": \"dst\"}}", "GenericError",
+                     "Node dst is in use");
+        if (exported) {
+            daemon_node_unuse(src, DAEMON_USE_BLK);
+        }
+    }
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
         client_error(c, cases[i].cmd, cases[i].cls, cases[i].desc);
     }
