@@ -200,6 +200,12 @@ void daemon_block_register(Daemon *d);
 DaemonNode *daemon_node_find(Daemon *d, const char *name, const char *what,
                              GError **errp);
 
+/*
+ * QEMU's id_wellformed(), the rule for node names, job ids and object
+ * ids: a letter, then letters, digits, '-', '.' and '_'.
+ */
+bool daemon_id_wellformed(const char *id);
+
 /* Count a use of @n (until daemon_node_unuse()). */
 void daemon_node_use(DaemonNode *n, DaemonNodeUse use);
 void daemon_node_unuse(DaemonNode *n, DaemonNodeUse use);

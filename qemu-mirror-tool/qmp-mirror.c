@@ -77,20 +77,6 @@ static void daemon_job_event(Job *job, const JobEvent *ev, void *opaque)
     }
 }
 
-/* QEMU's id_wellformed(): a letter, then letters, digits, '-', '.', '_'. */
-static bool daemon_id_wellformed(const char *id)
-{
-    if (!g_ascii_isalpha(id[0])) {
-        return false;
-    }
-    for (const char *p = id + 1; *p; p++) {
-        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* A uint32 argument (granularity): QEMU's words for what is not one. */
 static bool daemon_arg_uint32(JsonObject *args, const char *name,
                               int64_t *out, GError **errp)
