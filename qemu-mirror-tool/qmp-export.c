@@ -118,7 +118,8 @@ static bool qexp_refuse_true(JsonObject *obj, const char *path,
     }
     if (on) {
         g_propagate_error(errp, qexp_error_new(
-            "Parameter '%s%s%s' is not supported", path ? path : "",
+            "Parameter '%s%s%s' is not supported by mirror-tool",
+            path ? path : "",
             path ? "." : "", name));
         return false;
     }
@@ -171,7 +172,7 @@ static char *qexp_addr_inet(JsonObject *data, GError **errp)
     }
     if (json_object_has_member(data, "to")) {
         g_propagate_error(errp, qexp_error_new(
-            "Parameter 'addr.data.to' is not supported"));
+            "Parameter 'addr.data.to' is not supported by mirror-tool"));
         return NULL;
     }
     if (!qexp_refuse_true(data, "addr.data", "ipv4", errp) ||
@@ -231,7 +232,8 @@ static char *qexp_addr(JsonObject *addr, GError **errp)
         return NULL;
     }
     g_propagate_error(errp, qexp_error_new(
-        "vsock sockets are not supported"));
+        "Parameter 'addr.type' value 'vsock' is not supported by "
+        "mirror-tool (it supports: unix, inet)"));
     return NULL;
 }
 
@@ -310,7 +312,7 @@ static JsonNode *qexp_server_start(JsonObject *args, void *opaque,
     }
     if (authz) {
         g_propagate_error(errp, qexp_error_new(
-            "Parameter 'tls-authz' is not supported"));
+            "Parameter 'tls-authz' is not supported by mirror-tool"));
         return NULL;
     }
     if (tls_id && !(creds = qexp_tls_creds(d, tls_id, errp))) {

@@ -186,6 +186,15 @@ def main():
             ({"addr": unix, "tls-creds": "nope"},
              "No TLS credentials with id 'nope'"),
             ({"addr": unix, "x": 1}, "Parameter 'x' is unexpected"),
+            ({"addr": unix, "tls-authz": "authz0"},
+             "Parameter 'tls-authz' is not supported by mirror-tool"),
+            ({"addr": {"type": "vsock", "data": {"cid": "1", "port": "1"}}},
+             "Parameter 'addr.type' value 'vsock' is not supported by "
+             "mirror-tool (it supports: unix, inet)"),
+            ({"addr": {"type": "unix",
+                       "data": {"path": nbd_sock, "abstract": True}}},
+             "Parameter 'addr.data.abstract' is not supported by "
+             "mirror-tool"),
         ]
         for args, desc in bad_start:
             check(error_is(q.cmd("nbd-server-start", **args), desc),
@@ -223,6 +232,8 @@ def main():
              'iothread "io" not found'),
             ({"id": "ex", "node-name": "b", "writable": "yes"},
              "Invalid parameter type for 'writable', expected: boolean"),
+            ({"id": "ex", "node-name": "b", "writethrough": True},
+             "Parameter 'writethrough' is not supported by mirror-tool"),
             ({"id": "ex", "node-name": "b", "foo": 1},
              "Parameter 'foo' is unexpected"),
             ({"id": "ex"}, "Parameter 'node-name' is missing"),
