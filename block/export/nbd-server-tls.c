@@ -57,7 +57,6 @@ typedef struct NbdPskUser {
 } NbdPskUser;
 
 struct NbdTlsCreds {
-    int refcnt;
     bool psk;
     bool verify_peer;
     bool require;
@@ -99,15 +98,9 @@ static void nbdsrv_authz_free(gpointer p)
     g_free(name);
 }
 
-NbdTlsCreds *nbdsrv_tls_creds_ref(NbdTlsCreds *creds)
-{
-    creds->refcnt++;
-    return creds;
-}
-
 void nbdsrv_tls_creds_free(NbdTlsCreds *creds)
 {
-    if (!creds || --creds->refcnt) {
+    if (!creds) {
         return;
     }
     if (creds->x509) {
@@ -560,7 +553,6 @@ NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp)
     g_autofree char *prio = NULL;
     int rc;
 
-    creds->refcnt = 1;
     g_assert(!cfg->x509_dir != !cfg->psk_file);
     creds->psk = cfg->psk_file;
     creds->verify_peer = cfg->verify_peer && !creds->psk;

@@ -241,14 +241,8 @@ typedef struct NbdTlsCreds NbdTlsCreds;
  */
 NbdTlsCreds *nbdsrv_tls_creds_new(const NbdTlsConfig *cfg, GError **errp);
 
-/* Drop a reference on @creds (nbdsrv_tls_creds_new() gives one); the
- * last frees them, zeroing the key material they hold.  NULL is
- * ignored. */
+/* Free @creds, zeroing the key material it holds.  NULL is ignored. */
 void nbdsrv_tls_creds_free(NbdTlsCreds *creds);
-
-/* Take a reference on @creds (e.g. for a server, when a daemon's object
- * owns them too); returns @creds. */
-NbdTlsCreds *nbdsrv_tls_creds_ref(NbdTlsCreds *creds);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(NbdTlsCreds, nbdsrv_tls_creds_free)
 
