@@ -23,8 +23,9 @@ uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c, NbdExport *exp)
 {
     uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH;
 
-    if (c->srv->max_clients > 1) {
-        f |= NBD_FLAG_CAN_MULTI_CONN;   /* one node: flush is global */
+    /* One node: a flush covers every connection. */
+    if (c->srv->max_clients > 1 || c->srv->multi_conn_always) {
+        f |= NBD_FLAG_CAN_MULTI_CONN;
     }
     if (exp->read_only) {
         f |= NBD_FLAG_READ_ONLY;

@@ -315,6 +315,9 @@ struct NbdServer {
     /* nbdsrv_new()'s export: the empty name selects it too.  NULL: only
      * an export named "" answers to the empty name. */
     NbdExport *default_exp;
+    /* Advertise multi-conn even with one connection allowed
+     * (nbdsrv_new()'s, as before); else only with more, as QEMU. */
+    bool multi_conn_always;
     GQueue dead;            /* NbdExport whose last reference is gone */
     GSource *reap_src;      /* idle: release srv->dead */
 

@@ -442,6 +442,7 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
     }
     description = g_strdup_printf("qemu-mirror export (%s)",
                                   bdrv_get_format_name(bs));
+    srv->multi_conn_always = true;
     srv->default_exp = nbdsrv_export_add(srv, bs, export_name, description,
                                          !read_only, &err);
     g_assert(srv->default_exp);     /* checked above */

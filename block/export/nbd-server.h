@@ -125,10 +125,10 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
  * Start listening on @addr (as nbdsrv_new() takes it) with no export yet:
  * until nbdsrv_export_add(), every export name is unknown
  * (NBD_REP_ERR_UNKNOWN) and NBD_OPT_LIST is empty.  Unlike nbdsrv_new()'s
- * export, the empty name selects only an export named "".  With
+ * export, the empty name selects only an export named "", and with
  * nbdsrv_set_shared() at 1 the exports do not advertise multi-conn (as
- * QEMU's max-connections=1).  Control path: may block (name
- * resolution).  NULL with @errp set on failure.
+ * QEMU's max-connections=1; nbdsrv_new()'s always does).  Control path:
+ * may block (name resolution).  NULL with @errp set on failure.
  */
 NbdServer *nbdsrv_listen(const char *addr, GError **errp);
 
