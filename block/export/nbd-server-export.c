@@ -220,13 +220,3 @@ uint64_t nbdsrv_export_get_in_flight(NbdExport *exp)
 {
     return exp->in_flight;
 }
-
-BlockDriverState *nbdsrv_export_get_bs(NbdExport *exp)
-{
-    return exp->bs;
-}
-
-const char *nbdsrv_export_get_name(NbdExport *exp)
-{
-    return exp->name;
-}

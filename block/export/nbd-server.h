@@ -189,10 +189,6 @@ unsigned nbdsrv_export_get_client_count(NbdExport *exp);
  * connections already closed. */
 uint64_t nbdsrv_export_get_in_flight(NbdExport *exp);
 
-/* The node @exp serves and its name. */
-BlockDriverState *nbdsrv_export_get_bs(NbdExport *exp);
-const char *nbdsrv_export_get_name(NbdExport *exp);
-
 /*
  * TLS credentials (GnuTLS inside; nothing of it in this header).  One kind
  * per server, as qemu-nbd and nbdkit: X.509 certificates or pre-shared
