@@ -237,16 +237,27 @@ static char *qexp_addr(JsonObject *addr, GError **errp)
     return NULL;
 }
 
-/* The credentials of the tls-creds object @id for a server, loaded now
- * (a reference), or NULL with @errp set. */
+/*
+ * The credentials of the tls-creds object @id for a server, loaded now
+ * from the files it names (the object may go with object-del while the
+ * server runs, as QEMU allows), or NULL with @errp set.  Every client
+ * must use TLS, as with QEMU's tls-creds.
+ */
 static NbdTlsCreds *qexp_tls_creds(Daemon *d, const char *id, GError **errp)
 {
-    if (!daemon_object_find_tls(d, id, errp)) {
+    DaemonTlsCreds *c = daemon_object_find_tls(d, id, errp);
+    NbdTlsConfig cfg = { .require = true };
+
+    if (!c || !daemon_tls_check_endpoint(c, DAEMON_TLS_SERVER, errp)) {
         return NULL;
     }
-    g_propagate_error(errp, qexp_error_new(
-        "TLS credentials '%s' cannot serve NBD", id));
-    return NULL;
+    if (c->kind == DAEMON_TLS_X509) {
+        cfg.x509_dir = c->dir;
+        cfg.verify_peer = c->verify_peer;
+    } else {
+        cfg.psk_file = c->psk_file;
+    }
+    return nbdsrv_tls_creds_new(&cfg, errp);
 }
 
 /* The max-connections argument: QEMU's uint32, 0 meaning our default. */

@@ -8,7 +8,8 @@
 # a client uses the export, a hard one drops that client and ends with
 # BLOCK_EXPORT_DELETED while another export goes on serving; an idle
 # export goes before the command returns; nbd-server-stop removes the
-# rest; quit exits 0.
+# rest; a server with a tls-creds-psk object serves only TLS clients;
+# quit exits 0.
 #
 # Runs under meson with MIRROR_TOOL set; prints TAP.
 #
@@ -368,6 +369,38 @@ def main():
         r = run(["nbdinfo", "--size", uri % "b"])
         check(r.returncode == 0 and r.stdout.strip() == str(2 * MiB),
               "nbdinfo through the new server")
+
+        # ---- TLS (a PSK object) ----
+        psk_dir = os.path.join(tmp, "psk")
+        os.mkdir(psk_dir)
+        with open(os.path.join(psk_dir, "keys.psk"), "w") as f:
+            f.write("alice:" + "0123456789abcdef" * 4 + "\n")
+        for oid, end in (("tls0", "server"), ("tls1", "client")):
+            r = q.cmd("object-add", **{"qom-type": "tls-creds-psk",
+                                       "id": oid, "endpoint": end,
+                                       "dir": psk_dir})
+            assert "return" in r, r
+        check(ok_reply(q.cmd("nbd-server-stop")), "stop for TLS")
+        check(error_is(q.cmd("nbd-server-start", addr=unix,
+                             **{"tls-creds": "tls1"}),
+                       "Expected TLS credentials for a server endpoint"),
+              "tls-creds of a client endpoint")
+        check(ok_reply(q.cmd("nbd-server-start", addr=unix,
+                             **{"tls-creds": "tls0"})),
+              "nbd-server-start with tls-creds")
+        check(ok_reply(q.cmd("block-export-add", type="nbd", id="eb",
+                             **{"node-name": "b"})),
+              "an export behind TLS")
+        r = run(["nbdinfo", "--size", uri % "b"])
+        check(r.returncode != 0, "a plain client is refused")
+        tls_uri = ("nbds+unix://alice@/b?socket=%s&tls-psk-file=%s" %
+                   (nbd_sock, os.path.join(psk_dir, "keys.psk")))
+        r = run(["nbdinfo", "--size", tls_uri])
+        check(r.returncode == 0 and r.stdout.strip() == str(2 * MiB),
+              "a client with the key is served")
+        if r.returncode:
+            diag(r.stderr)
+
         q.cmd("quit")
         rc = daemon.wait(timeout=TMO)
         check(rc == 0, "quit with an export: exit 0")
