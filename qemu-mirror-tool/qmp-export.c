@@ -128,60 +128,66 @@ static bool qexp_refuse_true(JsonObject *obj, const char *path,
 
 /* ---- nbd-server-start ---- */
 
-/* addr.data of type "unix" as the server's "unix:PATH". */
-static char *qexp_addr_unix(JsonObject *data, GError **errp)
+/*
+ * The address members of @o, at the member path @path ("addr.data" in
+ * QMP's SocketAddressLegacy, "addr" in the flat SocketAddress of
+ * --nbd-server, whose "type" is among them), for type "unix", as the
+ * server's "unix:PATH".
+ */
+static char *qexp_addr_unix(JsonObject *o, const char *path, GError **errp)
 {
-    static const char *const allowed[] = { "path", "abstract", "tight",
-                                           NULL };
-    const char *path;
+    static const char *const allowed[] = { "type", "path", "abstract",
+                                           "tight", NULL };
+    const char *file;
     bool tight;
 
-    if (!qmp_arg_str(data, "path", true, &path, errp) ||
-        !qmp_arg_bool(data, "tight", false, &tight, errp)) {
-        qexp_prefix_arg_error(errp, "addr.data");
+    if (!qmp_arg_str(o, "path", true, &file, errp) ||
+        !qmp_arg_bool(o, "tight", false, &tight, errp)) {
+        qexp_prefix_arg_error(errp, path);
         return NULL;
     }
-    if (!qexp_refuse_true(data, "addr.data", "abstract", errp)) {
+    if (!qexp_refuse_true(o, path, "abstract", errp)) {
         return NULL;
     }
-    if (!qmp_check_args(data, allowed, errp)) {
-        qexp_prefix_arg_error(errp, "addr.data");
+    /* "type" is @o's only in the flat form (checked by the caller). */
+    if (!qmp_check_args(o, allowed, errp)) {
+        qexp_prefix_arg_error(errp, path);
         return NULL;
     }
     /* tight matters only to abstract sockets. */
-    return g_strdup_printf("unix:%s", path);
+    return g_strdup_printf("unix:%s", file);
 }
 
-/* addr.data of type "inet" as the server's "tcp:HOST:PORT". */
-static char *qexp_addr_inet(JsonObject *data, GError **errp)
+/* As qexp_addr_unix(), for type "inet": "tcp:HOST:PORT". */
+static char *qexp_addr_inet(JsonObject *o, const char *path, GError **errp)
 {
     static const char *const allowed[] = {
-        "host", "port", "numeric", "to", "ipv4", "ipv6", "keep-alive",
-        NULL,
+        "type", "host", "port", "numeric", "to", "ipv4", "ipv6",
+        "keep-alive", NULL,
     };
     const char *host, *port;
     int64_t to;
     bool numeric;
 
-    if (!qmp_arg_str(data, "host", true, &host, errp) ||
-        !qmp_arg_str(data, "port", true, &port, errp) ||
-        !qmp_arg_bool(data, "numeric", false, &numeric, errp) ||
-        !qmp_arg_int(data, "to", false, &to, errp)) {
-        qexp_prefix_arg_error(errp, "addr.data");
+    if (!qmp_arg_str(o, "host", true, &host, errp) ||
+        !qmp_arg_str(o, "port", true, &port, errp) ||
+        !qmp_arg_bool(o, "numeric", false, &numeric, errp) ||
+        !qmp_arg_int(o, "to", false, &to, errp)) {
+        qexp_prefix_arg_error(errp, path);
         return NULL;
     }
-    if (json_object_has_member(data, "to")) {
+    if (json_object_has_member(o, "to")) {
         g_propagate_error(errp, qexp_error_new(
-            "Parameter 'addr.data.to' is not supported by mirror-tool"));
+            "Parameter '%s.to' is not supported by mirror-tool", path));
         return NULL;
     }
-    if (!qexp_refuse_true(data, "addr.data", "ipv4", errp) ||
-        !qexp_refuse_true(data, "addr.data", "ipv6", errp) ||
-        !qexp_refuse_true(data, "addr.data", "keep-alive", errp)) {
+    if (!qexp_refuse_true(o, path, "ipv4", errp) ||
+        !qexp_refuse_true(o, path, "ipv6", errp) ||
+        !qexp_refuse_true(o, path, "keep-alive", errp)) {
         return NULL;
     }
-    if (!qmp_check_args(data, allowed, errp)) {
-        qexp_prefix_arg_error(errp, "addr.data");
+    if (!qmp_check_args(o, allowed, errp)) {
+        qexp_prefix_arg_error(errp, path);
         return NULL;
     }
     /* An IPv6 address in brackets, as the server's parser takes it. */
@@ -190,15 +196,20 @@ static char *qexp_addr_inet(JsonObject *data, GError **errp)
 }
 
 /*
- * @addr, a QAPI SocketAddressLegacy ({"type": "unix", "data": {"path":
- * ...}} or {"type": "inet", "data": {"host": ..., "port": ...}}), as the
- * server's address string.  NULL with @errp set as QEMU words it.
+ * @addr as the server's address string.  Over QMP it is QEMU's
+ * SocketAddressLegacy, {"type": "unix", "data": {"path": ...}} or
+ * {"type": "inet", "data": {"host": ..., "port": ...}}; qsd's
+ * --nbd-server takes the flat SocketAddress, {"type": "unix", "path":
+ * ...}: an @addr without "data" is read so.  NULL with @errp set as
+ * QEMU words it.
  */
 static char *qexp_addr(JsonObject *addr, GError **errp)
 {
     static const char *const allowed[] = { "type", "data", NULL };
+    bool flat = !json_object_has_member(addr, "data");
+    const char *path = flat ? "addr" : "addr.data";
     const char *type;
-    JsonObject *data;
+    JsonObject *o = addr;
 
     if (!qmp_arg_str(addr, "type", true, &type, errp)) {
         qexp_prefix_arg_error(errp, "addr");
@@ -211,19 +222,26 @@ static char *qexp_addr(JsonObject *addr, GError **errp)
             "Parameter 'type' does not accept value '%s'", type));
         return NULL;
     }
-    data = qexp_arg_object(addr, "data", "addr.data", errp);
-    if (!data) {
-        return NULL;
-    }
-    if (!qmp_check_args(addr, allowed, errp)) {
-        qexp_prefix_arg_error(errp, "addr");
-        return NULL;
+    if (!flat) {
+        o = qexp_arg_object(addr, "data", "addr.data", errp);
+        if (!o) {
+            return NULL;
+        }
+        if (!qmp_check_args(addr, allowed, errp)) {
+            qexp_prefix_arg_error(errp, "addr");
+            return NULL;
+        }
+        if (json_object_has_member(o, "type")) {
+            g_propagate_error(errp, qexp_error_new(
+                "Parameter 'addr.data.type' is unexpected"));
+            return NULL;
+        }
     }
     if (!strcmp(type, "unix")) {
-        return qexp_addr_unix(data, errp);
+        return qexp_addr_unix(o, path, errp);
     }
     if (!strcmp(type, "inet")) {
-        return qexp_addr_inet(data, errp);
+        return qexp_addr_inet(o, path, errp);
     }
     if (!strcmp(type, "fd")) {
         /* qemu-storage-daemon's own answer. */
@@ -264,20 +282,14 @@ static NbdTlsCreds *qexp_tls_creds(Daemon *d, const char *id, GError **errp)
 static bool qexp_max_connections(JsonObject *args, unsigned *out,
                                  GError **errp)
 {
-    JsonNode *n = json_object_get_member(args, "max-connections");
-    int64_t v;
+    int64_t v = 0;
 
-    *out = NBDSRV_DEFAULT_SHARED;
-    if (!n) {
-        return true;
-    }
-    if (!JSON_NODE_HOLDS_VALUE(n) ||
-        json_node_get_value_type(n) != G_TYPE_INT64) {
+    if (!qmp_arg_int(args, "max-connections", false, &v, NULL)) {
+        /* QEMU's words for an unsigned member. */
         g_propagate_error(errp, qexp_error_new(
             "Parameter 'max-connections' expects uint64"));
         return false;
     }
-    v = json_node_get_int(n);
     if (v < 0 || v > G_MAXUINT32) {
         g_propagate_error(errp, qexp_error_new(
             "Parameter 'max-connections' expects uint32_t"));
@@ -289,9 +301,7 @@ static bool qexp_max_connections(JsonObject *args, unsigned *out,
             NBDSRV_MAX_SHARED));
         return false;
     }
-    if (v) {
-        *out = v;
-    }
+    *out = v ? v : NBDSRV_DEFAULT_SHARED;
     return true;
 }
 

@@ -127,6 +127,38 @@ def file_bytes(path, off, n):
         return f.read(n)
 
 
+def cmdline(tmp):
+    """qsd's --nbd-server (a flat SocketAddress, keyval) and --export."""
+    qmp_sock = os.path.join(tmp, "qmp2.sock")
+    nbd_sock = os.path.join(tmp, "nbd2.sock")
+    daemon = subprocess.Popen(
+        [TOOL, "daemon", "--qmp", qmp_sock,
+         "--blockdev", "null-co,node-name=n,size=1048576",
+         "--nbd-server", "addr.type=unix,addr.path=%s,max-connections=1"
+         % nbd_sock,
+         "--export", "nbd,id=e,node-name=n,name=null,writable=on"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        q = Qmp(qmp_sock)
+        r = run(["nbdinfo", "--json",
+                 "nbd+unix:///null?socket=" + nbd_sock])
+        info = json.loads(r.stdout)["exports"][0] if r.returncode == 0 \
+            else {}
+        check(info.get("export-size") == MiB and
+              info.get("is_read_only") is False and
+              info.get("can_multi_conn") is False,
+              "--nbd-server addr.type=unix,...,max-connections=1 and "
+              "--export nbd,...,writable=on: served, no multi-conn")
+        if not info:
+            diag(r.stderr)
+        q.cmd("quit")
+        check(daemon.wait(timeout=TMO) == 0, "and quit: exit 0")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="test-daemon-export.")
     qmp_sock = os.path.join(tmp, "qmp.sock")
@@ -167,8 +199,11 @@ def main():
         unix = {"type": "unix", "data": {"path": nbd_sock}}
         bad_start = [
             ({}, "Parameter 'addr' is missing"),
-            ({"addr": {"type": "unix", "path": nbd_sock}},
-             "Parameter 'addr.data' is missing"),
+            ({"addr": {"type": "unix", "data": {"type": "unix",
+                                                "path": nbd_sock}}},
+             "Parameter 'addr.data.type' is unexpected"),
+            ({"addr": {"type": "unix", "path": nbd_sock, "x": 1}},
+             "Parameter 'addr.x' is unexpected"),
             ({"addr": {"type": "unix", "data": {"path": nbd_sock},
                        "x": 1}},
              "Parameter 'addr.x' is unexpected"),
@@ -404,6 +439,7 @@ def main():
         q.cmd("quit")
         rc = daemon.wait(timeout=TMO)
         check(rc == 0, "quit with an export: exit 0")
+        cmdline(tmp)
     finally:
         if holder:
             holder.kill()
