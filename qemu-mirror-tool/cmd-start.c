@@ -273,12 +273,6 @@ static bool start_check_paths(const StartOptions *o, const char *src,
     return true;
 }
 
-static gboolean start_deadline_cb(gpointer opaque)
-{
-    *(bool *)opaque = true;
-    return G_SOURCE_REMOVE;
-}
-
 typedef struct StartFlush {
     bool done;
     int ret;
@@ -304,27 +298,12 @@ static int start_export_stop(NbdServer *export, BlockDriverState *top,
                              BlockDriverState *dst, const char **role)
 {
     StartFlush f = { 0 };
-    bool late = false;
 
     if (export) {
-        guint deadline = g_timeout_add_seconds(5, start_deadline_cb, &late);
-
-        nbdsrv_shutdown(export);
-        while (!nbdsrv_is_drained(export) && !late) {
-            g_main_context_iteration(NULL, TRUE);
-        }
-        if (!late) {
-            g_source_remove(deadline);
-        }
-        nbdsrv_free(export);
-        /* Requests the server abandoned still hold @top; they finish on
-         * the loop. */
-        while (mirror_top_in_flight(top)) {
-            g_main_context_iteration(NULL, TRUE);
-        }
-        *role = mirror_top_child(top) == dst ? "target" : "source";
-        bdrv_aio_flush(mirror_top_child(top), start_flush_cb, &f);
+        /* The flush of @top reaches the image it serves. */
+        nbdsrv_close(export, 5000, start_flush_cb, &f);
         tool_run_until(&f.done);
+        *role = mirror_top_child(top) == dst ? "target" : "source";
     }
     bdrv_unref(top);
     return f.ret;
