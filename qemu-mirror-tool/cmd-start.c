@@ -523,9 +523,9 @@ int cmd_start(int argc, char **argv)
             start_export_stop(export, top, dst, &served);
             goto out_state;
         }
-        host = (QmpJobHost) {
-            .job = job, .quit = job_runner_quit, .opaque = &runner,
-        };
+        host.quit = job_runner_quit;
+        host.opaque = &runner;
+        qmp_job_host_add(&host, job);
         qmp_server_opts_apply(&qmp_opts, qmp);
         qmp_job_register(qmp, &host);
         runner.qmp = qmp;
@@ -578,6 +578,7 @@ int cmd_start(int argc, char **argv)
         }
     }
     qmp_server_free(qmp);
+    qmp_job_host_clear(&host);
     job_runner_destroy(&runner);
 out_state:
     if (state && !ran && !mirror_state_resumed(state)) {

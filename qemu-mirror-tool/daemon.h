@@ -31,6 +31,7 @@
 #include "block/block.h"
 #include "block/mirror/job.h"
 #include "qemu-mirror-tool/qmp.h"
+#include "qemu-mirror-tool/qmp-job.h"
 
 typedef struct Daemon Daemon;
 typedef struct DaemonNode DaemonNode;
@@ -132,6 +133,8 @@ struct Daemon {
     GHashTable *nodes;          /* node-name -> DaemonNode * (owned) */
     GHashTable *objects;        /* id -> object (qmp-block.c's, owned) */
     GHashTable *jobs;           /* id -> Job * (a reference each) */
+    QmpJobHost job_host;        /* qmp-mirror.c's: the same jobs, newest
+                                 * first, for the job commands */
     void *exports;              /* qmp-export.c's state, or NULL */
     bool quit;                  /* `quit` or a signal: leave the loop */
     bool stopped;               /* daemon_stop() ran */
@@ -196,6 +199,12 @@ void daemon_block_register(Daemon *d);
  */
 DaemonNode *daemon_node_find(Daemon *d, const char *name, const char *what,
                              GError **errp);
+
+/*
+ * QEMU's id_wellformed(), the rule for node names, job ids and object
+ * ids: a letter, then letters, digits, '-', '.' and '_'.
+ */
+bool daemon_id_wellformed(const char *id);
 
 /* Count a use of @n (until daemon_node_unuse()). */
 void daemon_node_use(DaemonNode *n, DaemonNodeUse use);

@@ -125,8 +125,7 @@ static void node_error(GError **errp, const char *fmt, ...)
     g_set_error_literal(errp, QMP_ERROR, QMP_ERROR_GENERIC, msg);
 }
 
-/* QEMU's id_wellformed(). */
-static bool node_id_wellformed(const char *id)
+bool daemon_id_wellformed(const char *id)
 {
     if (!g_ascii_isalpha(id[0])) {
         return false;
@@ -1085,7 +1084,7 @@ static DaemonNode *node_add(Daemon *d, JsonObject *args, const char *prefix,
         node_prefix_error(errp, prefix);
         return NULL;
     }
-    if (name && !node_id_wellformed(name)) {
+    if (name && !daemon_id_wellformed(name)) {
         node_error(errp, "Invalid node-name: '%s'", name);
         return NULL;
     }
@@ -1150,7 +1149,10 @@ static JsonNode *qmp_blockdev_del(JsonObject *args, void *opaque,
     n = g_hash_table_lookup(d->nodes, name);
     if (!n) {
         node_error(errp, "Failed to find node with node-name='%s'", name);
-    } else if (n->uses[DAEMON_USE_BLK]) {
+    } else if (n->uses[DAEMON_USE_BLK] &&
+               !(n->blocker && n->uses[DAEMON_USE_CHILD])) {
+        /* A job's source: QEMU's mirror filter took over its exports'
+         * BlockBackends, the node has none of its own. */
         node_error(errp, "Node %s is in use", name);
     } else if (n->blocker) {
         node_error(errp, "Node '%s' is busy: %s", name, n->blocker);
@@ -1459,7 +1461,7 @@ static JsonNode *qmp_object_add(JsonObject *args, void *opaque,
                    type);
         return NULL;
     }
-    if (!node_id_wellformed(id)) {
+    if (!daemon_id_wellformed(id)) {
         node_error(errp, "Parameter 'id' expects an identifier");
         return NULL;
     }

@@ -86,8 +86,16 @@ JsonNode *qmp_job_block_info(Job *job)
     } else {
         add_bool(b, "busy", !job_is_paused(job) && !job_is_completed(job));
     }
-    add_bool(b, "paused", job->pause_count > 0);
-    add_bool(b, "ready", job->ready_seen);
+    /*
+     * As QEMU: from the end of the copy until finalize its mirror keeps
+     * the source drained, which pauses the job; "ready" is READY or
+     * STANDBY now.
+     */
+    add_bool(b, "paused", job->pause_count > 0 ||
+             job->status == JOB_STATUS_WAITING ||
+             job->status == JOB_STATUS_PENDING);
+    add_bool(b, "ready", job->status == JOB_STATUS_READY ||
+             job->status == JOB_STATUS_STANDBY);
     add_str(b, "status", job_status_str(job->status));
     add_bool(b, "auto-finalize", job->auto_finalize);
     add_bool(b, "auto-dismiss", job->auto_dismiss);
@@ -146,6 +154,11 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
         *name = "BLOCK_JOB_READY";
         qmp_job_add_basics(b, job);
         break;
+    case JOB_EVENT_PENDING:
+        *name = "BLOCK_JOB_PENDING";
+        add_str(b, "type", job->driver->job_type);
+        add_str(b, "id", job->id);
+        break;
     case JOB_EVENT_COMPLETED:
         *name = "BLOCK_JOB_COMPLETED";
         qmp_job_add_basics(b, job);
@@ -191,45 +204,106 @@ JsonNode *qmp_job_event_data(Job *job, const JobEvent *ev,
     return json_builder_get_root(b);
 }
 
-/* ---- lookup ---- */
+bool qmp_arg_enum(JsonObject *args, const char *name, bool required,
+                  const char *const *names, int *out, GError **errp)
+{
+    const char *value = NULL;
 
+    if (!qmp_arg_str(args, name, required, &value, errp)) {
+        return false;
+    }
+    if (!value) {
+        return true;
+    }
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(value, names[i])) {
+            *out = i;
+            return true;
+        }
+    }
+    g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                "Parameter '%s' does not accept value '%s'", name, value);
+    return false;
+}
+
+/* ---- the jobs ---- */
+
+void qmp_job_host_add(QmpJobHost *host, Job *job)
+{
+    job_ref(job);
+    g_queue_push_head(&host->jobs, job);
+}
+
+void qmp_job_host_remove(QmpJobHost *host, Job *job)
+{
+    if (g_queue_remove(&host->jobs, job)) {
+        job_unref(job);
+    }
+}
+
+Job *qmp_job_host_find(QmpJobHost *host, const char *id)
+{
+    for (GList *l = host->jobs.head; l; l = l->next) {
+        Job *job = l->data;
+
+        if (job->status != JOB_STATUS_NULL && !strcmp(job->id, id)) {
+            return job;
+        }
+    }
+    return NULL;
+}
+
+void qmp_job_host_clear(QmpJobHost *host)
+{
+    g_queue_clear_full(&host->jobs, (GDestroyNotify)job_unref);
+}
+
+/* The job named by "device" (block-job-*): DeviceNotActive if none. */
 static Job *qmp_job_by_device(QmpJobHost *host, JsonObject *args,
                               const char *const *allowed, GError **errp)
 {
     const char *device = NULL;
+    Job *job;
 
     if (!qmp_check_args(args, allowed, errp) ||
         !qmp_arg_str(args, "device", true, &device, errp)) {
         return NULL;
     }
-    if (!host->job || host->job->status == JOB_STATUS_NULL ||
-        strcmp(host->job->id, device)) {
+    job = qmp_job_host_find(host, device);
+    if (!job) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_ACTIVE,
                     "Block job '%s' not found", device);
-        return NULL;
     }
-    return host->job;
+    return job;
 }
 
+/*
+ * The job named by "id" (job-*, and block-job-finalize/-dismiss with
+ * @block_error: QEMU's block-job-* lookup error then).
+ */
 static Job *qmp_job_by_id(QmpJobHost *host, JsonObject *args,
+                          const char *const *allowed, bool block_error,
                           GError **errp)
 {
-    static const char *const allowed[] = { "id", NULL };
     const char *id = NULL;
+    Job *job;
 
     if (!qmp_check_args(args, allowed, errp) ||
         !qmp_arg_str(args, "id", true, &id, errp)) {
         return NULL;
     }
-    if (!host->job || host->job->status == JOB_STATUS_NULL ||
-        strcmp(host->job->id, id)) {
+    job = qmp_job_host_find(host, id);
+    if (!job && block_error) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_ACTIVE,
+                    "Block job '%s' not found", id);
+    } else if (!job) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Job not found");
-        return NULL;
     }
-    return host->job;
+    return job;
 }
 
 static const char *const device_only[] = { "device", NULL };
+static const char *const id_only[] = { "id", NULL };
 static const char *const no_args[] = { NULL };
 
 /* ---- commands ---- */
@@ -240,16 +314,18 @@ static JsonNode *qmp_query_block_jobs(JsonObject *args, void *opaque,
     QmpJobHost *host = opaque;
     JsonArray *list;
     JsonNode *ret;
-    JsonNode *info;
 
     if (!qmp_check_args(args, no_args, errp)) {
         return NULL;
     }
     list = json_array_new();
     ret = json_node_new(JSON_NODE_ARRAY);
-    info = qmp_job_block_info(host->job);
-    if (info) {
-        json_array_add_element(list, info);
+    for (GList *l = host->jobs.head; l; l = l->next) {
+        JsonNode *info = qmp_job_block_info(l->data);
+
+        if (info) {
+            json_array_add_element(list, info);
+        }
     }
     json_node_take_array(ret, list);
     return ret;
@@ -260,14 +336,18 @@ static JsonNode *qmp_query_jobs(JsonObject *args, void *opaque,
 {
     QmpJobHost *host = opaque;
     g_autoptr(JsonBuilder) b = NULL;
-    Job *job = host->job;
 
     if (!qmp_check_args(args, no_args, errp)) {
         return NULL;
     }
     b = json_builder_new();
     json_builder_begin_array(b);
-    if (job && job->status != JOB_STATUS_NULL) {
+    for (GList *l = host->jobs.head; l; l = l->next) {
+        Job *job = l->data;
+
+        if (job->status == JOB_STATUS_NULL) {
+            continue;
+        }
         json_builder_begin_object(b);
         add_str(b, "id", job->id);
         add_str(b, "type", job->driver->job_type);
@@ -314,9 +394,15 @@ static JsonNode *qmp_block_job_cancel(JsonObject *args, void *opaque,
  * A command that applies one verb to the job, named by "device"
  * (block-job-*, QEMU's older names) or by "id" (job-*).
  */
+typedef enum QmpJobKey {
+    QMP_JOB_BY_DEVICE,          /* "device" (block-job-*) */
+    QMP_JOB_BY_BLOCK_ID,        /* "id", block-job-*'s lookup error */
+    QMP_JOB_BY_ID,              /* "id" (job-*) */
+} QmpJobKey;
+
 struct QmpJobVerb {
     const char *name;
-    bool by_device;
+    QmpJobKey key;
     bool (*apply)(Job *job, GError **errp);
 };
 
@@ -327,26 +413,28 @@ static bool qmp_job_force_cancel(Job *job, GError **errp)
 }
 
 static const QmpJobVerb qmp_job_verbs[] = {
-    { "block-job-pause", true, job_user_pause },
-    { "block-job-resume", true, job_user_resume },
-    { "block-job-complete", true, job_complete },
-    { "block-job-finalize", false, job_finalize },
-    { "block-job-dismiss", false, job_dismiss },
-    { "job-pause", false, job_user_pause },
-    { "job-resume", false, job_user_resume },
-    { "job-cancel", false, qmp_job_force_cancel },
-    { "job-complete", false, job_complete },
-    { "job-finalize", false, job_finalize },
-    { "job-dismiss", false, job_dismiss },
+    { "block-job-pause", QMP_JOB_BY_DEVICE, job_user_pause },
+    { "block-job-resume", QMP_JOB_BY_DEVICE, job_user_resume },
+    { "block-job-complete", QMP_JOB_BY_DEVICE, job_complete },
+    { "block-job-finalize", QMP_JOB_BY_BLOCK_ID, job_finalize },
+    { "block-job-dismiss", QMP_JOB_BY_BLOCK_ID, job_dismiss },
+    { "job-pause", QMP_JOB_BY_ID, job_user_pause },
+    { "job-resume", QMP_JOB_BY_ID, job_user_resume },
+    { "job-cancel", QMP_JOB_BY_ID, qmp_job_force_cancel },
+    { "job-complete", QMP_JOB_BY_ID, job_complete },
+    { "job-finalize", QMP_JOB_BY_ID, job_finalize },
+    { "job-dismiss", QMP_JOB_BY_ID, job_dismiss },
 };
 G_STATIC_ASSERT(G_N_ELEMENTS(qmp_job_verbs) == QMP_JOB_VERB_COMMANDS);
 
 static JsonNode *qmp_job_verb(JsonObject *args, void *opaque, GError **errp)
 {
     QmpJobVerbCall *call = opaque;
-    Job *job = call->verb->by_device
+    QmpJobKey key = call->verb->key;
+    Job *job = key == QMP_JOB_BY_DEVICE
         ? qmp_job_by_device(call->host, args, device_only, errp)
-        : qmp_job_by_id(call->host, args, errp);
+        : qmp_job_by_id(call->host, args, id_only,
+                        key == QMP_JOB_BY_BLOCK_ID, errp);
 
     if (job) {
         call->verb->apply(job, errp);
@@ -369,7 +457,7 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
     QmpJobHost *host = opaque;
     const char *id = NULL, *type = NULL, *mode = NULL;
     bool converge = false, has_converge, has_after, has_passes;
-    MirrorCopyMode m = MIRROR_COPY_MODE_BACKGROUND;
+    int m = MIRROR_COPY_MODE_BACKGROUND;
     int64_t after = -1, passes = -1;
     Job *job;
 
@@ -382,8 +470,8 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
         !qmp_arg_int(args, "auto-converge-passes", false, &passes, errp)) {
         return NULL;
     }
-    job = host->job;
-    if (!job || job->status == JOB_STATUS_NULL || strcmp(job->id, id)) {
+    job = qmp_job_host_find(host, id);
+    if (!job) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Job not found");
         return NULL;
     }
@@ -400,20 +488,9 @@ static JsonNode *qmp_block_job_change(JsonObject *args, void *opaque,
         (has_passes && !mirror_check_converge_passes(passes, errp))) {
         return NULL;
     }
-    if (mode) {
-        int i = 0;
-
-        while (qmp_copy_mode_names[i] &&
-               strcmp(mode, qmp_copy_mode_names[i])) {
-            i++;
-        }
-        if (!qmp_copy_mode_names[i]) {
-            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                        "Parameter 'copy-mode' does not accept value '%s'",
-                        mode);
-            return NULL;
-        }
-        m = i;
+    if (mode && !qmp_arg_enum(args, "copy-mode", false, qmp_copy_mode_names,
+                              &m, errp)) {
+        return NULL;
     }
     if ((has_converge || has_after || has_passes) &&
         !job_apply_verb(job, JOB_VERB_CHANGE, errp)) {
@@ -451,11 +528,13 @@ void qmp_job_register(QmpServer *srv, QmpJobHost *host)
         { "block-job-set-speed", qmp_block_job_set_speed },
         { "block-job-cancel", qmp_block_job_cancel },
         { "block-job-change", qmp_block_job_change },
-        { "quit", qmp_quit },
     };
 
     for (size_t i = 0; i < G_N_ELEMENTS(cmds); i++) {
         qmp_server_register(srv, cmds[i].name, cmds[i].fn, host);
+    }
+    if (host->quit) {
+        qmp_server_register(srv, "quit", qmp_quit, host);
     }
     for (size_t i = 0; i < G_N_ELEMENTS(qmp_job_verbs); i++) {
         host->verb_calls[i] = (QmpJobVerbCall) { &qmp_job_verbs[i], host };

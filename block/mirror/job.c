@@ -43,6 +43,9 @@ static const bool JobVerbTable[JOB_VERB__MAX][JOB_STATUS__MAX] = {
     [JOB_VERB_CHANGE]      = { 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0 },
 };
 
+static void job_set_failed(Job *job, int ret, const char *error);
+static void job_finalize_single(Job *job);
+
 static const char *const job_status_names[JOB_STATUS__MAX] = {
     "undefined", "created", "running", "paused", "ready", "standby",
     "waiting", "pending", "aborting", "concluded", "null",
@@ -266,6 +269,18 @@ bool job_user_cancel(Job *job, bool force, GError **errp)
         job_completed(job, -ECANCELED, NULL);
         return true;
     }
+    if (job->status == JOB_STATUS_PENDING) {
+        /*
+         * As QEMU's mirror: no longer READY, so a force cancel; the
+         * result never takes effect (no prepare), the job is CANCELLED.
+         */
+        job_ref(job);
+        job->cancelled = job->force_cancel = true;
+        job_set_failed(job, -ECANCELED, NULL);
+        job_finalize_single(job);
+        job_unref(job);
+        return true;
+    }
     if (job_is_completed(job)) {
         return true;
     }
@@ -338,10 +353,25 @@ static void job_conclude(Job *job)
     }
 }
 
+/* The job's result is a failure (or a cancel): note it, ABORTING. */
+static void job_set_failed(Job *job, int ret, const char *error)
+{
+    job->ret = ret;
+    /* A cancel too, as QEMU's query-jobs shows ("Operation canceled"). */
+    if (!job->error) {
+        job->error = g_strdup(error ? error : g_strerror(-ret));
+    }
+    job_state_transition(job, JOB_STATUS_ABORTING);
+}
+
+/* Clean up, say how it ended and conclude (QEMU's job_finalize_single). */
 static void job_finalize_single(Job *job)
 {
     JobEvent ev = { .type = JOB_EVENT_COMPLETED };
 
+    if (job->driver->clean) {
+        job->driver->clean(job);
+    }
     if (job->ret < 0 && job->cancelled) {
         ev.type = JOB_EVENT_CANCELLED;
     }
@@ -349,12 +379,25 @@ static void job_finalize_single(Job *job)
     job_conclude(job);
 }
 
+/* PENDING: let the result take effect (prepare), then conclude. */
+static void job_do_finalize(Job *job)
+{
+    int ret = job->driver->prepare ? job->driver->prepare(job) : 0;
+
+    if (ret < 0) {
+        job_set_failed(job, ret, NULL);
+    }
+    job_finalize_single(job);
+}
+
 bool job_finalize(Job *job, GError **errp)
 {
     if (!job_apply_verb(job, JOB_VERB_FINALIZE, errp)) {
         return false;
     }
-    job_finalize_single(job);
+    job_ref(job);
+    job_do_finalize(job);
+    job_unref(job);
     return true;
 }
 
@@ -367,25 +410,34 @@ bool job_dismiss(Job *job, GError **errp)
     return true;
 }
 
+void job_announce(Job *job)
+{
+    JobEvent ev = { .type = JOB_EVENT_STATUS_CHANGE, .status = job->status };
+
+    g_assert(job->status == JOB_STATUS_CREATED);
+    job_emit(job, &ev);
+}
+
 void job_completed(Job *job, int ret, const char *error)
 {
+    JobEvent pending = { .type = JOB_EVENT_PENDING };
+
     g_assert(!job_is_completed(job));
     job_ref(job);
     if (ret == 0 && job_is_cancelled(job)) {
         ret = -ECANCELED;
     }
-    job->ret = ret;
-    if (ret < 0 && ret != -ECANCELED) {
-        job->error = g_strdup(error ? error : g_strerror(-ret));
-    }
     if (ret < 0) {
-        job_state_transition(job, JOB_STATUS_ABORTING);
+        job_set_failed(job, ret, error);
         job_finalize_single(job);
     } else {
+        job->ret = 0;
         job_state_transition(job, JOB_STATUS_WAITING);
         job_state_transition(job, JOB_STATUS_PENDING);
         if (job->auto_finalize) {
-            job_finalize_single(job);
+            job_do_finalize(job);
+        } else {
+            job_emit(job, &pending);
         }
     }
     job_unref(job);

@@ -8,9 +8,13 @@
  *
  *   created -> running -> (paused <-> running)* -> ready
  *           -> (standby <-> ready)* -> waiting -> pending -> concluded -> null
- *   failure or cancel: running|ready -> aborting -> concluded -> null
+ *   failure or cancel: running|ready|pending -> aborting -> concluded -> null
  *
- * Every transition emits JOB_EVENT_STATUS_CHANGE to the listeners.
+ * Every transition emits JOB_EVENT_STATUS_CHANGE to the listeners.  As in
+ * QEMU, a job that finished its work waits in PENDING for job_finalize()
+ * when auto_finalize is false (the driver's prepare(), e.g. the mirror's
+ * switch-over, runs at finalize), and stays CONCLUDED until job_dismiss()
+ * when auto_dismiss is false.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -52,6 +56,7 @@ typedef enum JobVerb {
 typedef enum JobEventType {
     JOB_EVENT_STATUS_CHANGE,    /* JOB_STATUS_CHANGE */
     JOB_EVENT_READY,            /* BLOCK_JOB_READY */
+    JOB_EVENT_PENDING,          /* BLOCK_JOB_PENDING (auto_finalize off) */
     JOB_EVENT_COMPLETED,        /* BLOCK_JOB_COMPLETED (error if failed) */
     JOB_EVENT_CANCELLED,        /* BLOCK_JOB_CANCELLED */
     JOB_EVENT_ERROR,            /* BLOCK_JOB_ERROR */
@@ -122,6 +127,21 @@ typedef struct JobDriver {
     /* The speed limit changed (bytes/s, 0 = unlimited). */
     void (*set_speed)(Job *job, int64_t speed);
 
+    /*
+     * Optional.  The job completed its work (ret 0) and is finalized now
+     * (at once with auto_finalize, else by job_finalize()): make the
+     * result take effect (QEMU's .prepare: the mirror's switch-over).
+     * Returns 0, or -errno to fail the job after all.
+     */
+    int (*prepare)(Job *job);
+
+    /*
+     * Optional.  The job concludes, whatever its result (after prepare()
+     * on success): release what it kept until finalize (QEMU's .clean:
+     * the mirror's quiesced source).
+     */
+    void (*clean)(Job *job);
+
     /* Release the driver's part of the job (called by job_unref). */
     void (*free)(Job *job);
 } JobDriver;
@@ -168,6 +188,13 @@ void job_unref(Job *job);
 /* Add a listener for every event of @job. */
 void job_add_listener(Job *job, JobEventFunc *func, void *opaque);
 
+/*
+ * Emit JOB_STATUS_CHANGE "created" to the listeners of a CREATED job:
+ * QEMU announces a job as it creates it (QMP's blockdev-mirror), so add
+ * the listeners first.
+ */
+void job_announce(Job *job);
+
 /* CREATED -> RUNNING, then the driver's start(). */
 void job_start(Job *job);
 
@@ -183,8 +210,13 @@ bool job_apply_verb(Job *job, JobVerb verb, GError **errp);
  */
 bool job_check_speed(int64_t speed, GError **errp);
 
-/* The user verbs, each checked against the verb table (set-speed also
- * with job_check_speed()). */
+/*
+ * The user verbs, each checked against the verb table (set-speed also
+ * with job_check_speed()).  job_user_cancel() of a PENDING job fails it
+ * as cancelled (its prepare() never runs); job_finalize() of a PENDING
+ * job runs prepare() and concludes it; job_dismiss() of a CONCLUDED job
+ * makes it NULL.
+ */
 bool job_user_pause(Job *job, GError **errp);
 bool job_user_resume(Job *job, GError **errp);
 bool job_user_cancel(Job *job, bool force, GError **errp);
@@ -229,8 +261,11 @@ void job_stop_on_error(Job *job);
 
 /*
  * The driver is done: @ret is 0, or -errno with @error describing it (may
- * be NULL).  The job moves through WAITING/PENDING/CONCLUDED (success) or
- * ABORTING/CONCLUDED (failure, cancel), emitting COMPLETED or CANCELLED.
+ * be NULL).  On success the job moves to WAITING and PENDING, and with
+ * auto_finalize on to CONCLUDED through job_finalize()'s steps (else it
+ * emits JOB_EVENT_PENDING and waits there); on failure or cancel it moves
+ * through ABORTING to CONCLUDED.  COMPLETED or CANCELLED is emitted just
+ * before CONCLUDED; with auto_dismiss on, NULL follows at once.
  */
 void job_completed(Job *job, int ret, const char *error);
 

@@ -200,12 +200,14 @@ static void mirror_finish(MirrorJob *s, int ret)
     s->finished = true;
     s->stopping = true;
     if (s->top) {
-        /* After a switch-over the guests' requests now go to the target. */
+        /*
+         * Guests' requests no longer concern the job.  A quiesced filter
+         * stays so until the job concludes (at once on failure; after
+         * success at finalize: prepare() switches over, then clean() lets
+         * the guests go on), as QEMU's mirror keeps its source drained
+         * until then.
+         */
         mirror_top_set_job(s->top, NULL, NULL);
-        if (s->drained) {
-            s->drained = false;
-            mirror_top_drain_end(s->top);
-        }
     }
     mirror_remove_notifier(s);
     mirror_link_stop(&s->link);
@@ -533,9 +535,7 @@ static void mirror_check_state(MirrorJob *s)
                 return;
             }
         }
-        if (s->top && s->should_complete) {
-            mirror_top_set_child(s->top, s->dst);    /* the switch-over */
-        }
+        /* The switch-over is mirror_prepare()'s, at finalize. */
         mirror_finish(s, 0);
     }
 }
@@ -848,6 +848,28 @@ static void mirror_set_speed(Job *job, int64_t speed)
     mirror_kick(s);
 }
 
+/* Finalize after success: the switch-over (after a complete). */
+static int mirror_prepare(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    if (s->top && s->should_complete) {
+        mirror_top_set_child(s->top, s->dst);
+    }
+    return 0;
+}
+
+/* Conclude: the guests waiting at the quiesced filter go on. */
+static void mirror_clean(Job *job)
+{
+    MirrorJob *s = mirror_job(job);
+
+    if (s->top && s->drained) {
+        s->drained = false;
+        mirror_top_drain_end(s->top);
+    }
+}
+
 static void mirror_free(Job *job)
 {
     MirrorJob *s = mirror_job(job);
@@ -878,6 +900,8 @@ const JobDriver mirror_job_driver = {
     .complete   = mirror_complete,
     .cancel     = mirror_cancel,
     .set_speed  = mirror_set_speed,
+    .prepare    = mirror_prepare,
+    .clean      = mirror_clean,
     .free       = mirror_free,
 };
 

@@ -106,6 +106,9 @@ static void test_job_event_cb(Job *job, const JobEvent *e, void *opaque)
     case JOB_EVENT_READY:
         ev->ready_count++;
         break;
+    case JOB_EVENT_PENDING:
+        ev->pending_count++;
+        break;
     case JOB_EVENT_COMPLETED:
         ev->completed_count++;
         break;

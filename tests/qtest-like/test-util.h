@@ -37,6 +37,7 @@ typedef struct TestJobEvents {
     GArray *events;         /* JobEvent, in order */
     bool concluded;
     int ready_count;
+    int pending_count;
     int completed_count;
     int cancelled_count;
     int error_count;
