@@ -21,7 +21,8 @@ class QmpClient:
     """One QMP connection on a UNIX socket.
 
     greeting: the server's greeting message.
-    events:   every event received so far, in arrival order.
+    events:   every event received so far, in arrival order;
+    times:    the monotonic time each of them was received.
     """
 
     def __init__(self, path, timeout, alive=None):
@@ -32,6 +33,7 @@ class QmpClient:
         self.timeout = timeout
         self.buf = b""
         self.events = []
+        self.times = []
         self.next_id = 0
         end = time.monotonic() + timeout
         while True:
@@ -77,6 +79,10 @@ class QmpClient:
         except ValueError:
             raise QmpError("not JSON: %r" % line[:200]) from None
 
+    def _event(self, m):
+        self.events.append(m)
+        self.times.append(time.monotonic())
+
     def command(self, name, args=None):
         """Run @name with @args; returns the whole reply message
         ({"return": ...} or {"error": {...}}) without its id."""
@@ -89,7 +95,7 @@ class QmpClient:
         while True:
             m = self._recv(end)
             if "event" in m:
-                self.events.append(m)
+                self._event(m)
             elif m.get("id") == self.next_id:
                 del m["id"]
                 return m
@@ -108,4 +114,4 @@ class QmpClient:
                 raise QmpError("waiting for %s: %s" % (what, e)) from None
             if "event" not in m:
                 raise QmpError("a reply nobody waits for: %r" % m)
-            self.events.append(m)
+            self._event(m)
