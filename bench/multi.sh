@@ -92,7 +92,7 @@ guest() {
 #   ready_each
 # A failure is logged in $FAILS and does not stop the benchmark.
 multi_run() {
-    local row=$1 timed=$2 g=${3:-} rc=0 why= i
+    local row=$1 timed=$2 g=${3:-} rc=0 why='' i
     local -a f args
     rm -f "$QMP" "$SCRATCH"/*.sock "$SCRATCH/res"
     for ((i = 0; i < NDISKS; i++)); do
