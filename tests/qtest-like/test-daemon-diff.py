@@ -30,7 +30,10 @@
 # lay clusters out differently) must be identical.  Any difference is
 # printed as a unified diff.
 #
-#   test-daemon-diff.py [--only qsd|tool] [--keep DIR]
+#   test-daemon-diff.py [--only qsd|tool] [--self-check] [--keep DIR]
+#
+# --self-check runs qemu-storage-daemon twice and compares the runs: that
+# nothing the normalisation lets through varies from run to run.
 #
 # Runs under meson with MIRROR_TOOL set; prints TAP.  Skips (counted) if
 # qemu-storage-daemon, qemu-img, nbdkit or fio is missing.
@@ -108,7 +111,7 @@ class Daemon:
         self.kind = kind
 
     def argv(self, qmp):
-        if self.kind == "qsd":
+        if self.kind.startswith("qsd"):
             return ["qemu-storage-daemon", "--chardev",
                     "socket,path=%s,server=on,wait=off,id=m" % qmp,
                     "--monitor", "chardev=m"]
@@ -512,7 +515,8 @@ def show_diff(a, b, what):
 
 def check_run(c, w):
     """The run's own checks; returns the paths to keep for comparing."""
-    name = "qemu-storage-daemon" if c.kind == "qsd" else "mirror-tool daemon"
+    name = {"qsd": "qemu-storage-daemon", "qsd2": "qemu-storage-daemon "
+            "(again)"}.get(c.kind, "mirror-tool daemon")
     check(c.abort is None, "%s: the whole conversation ran" % name) or \
         diag(c.abort)
     check(not c.unexpected, "%s: every reply of the kind expected" % name) \
@@ -558,6 +562,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--only", choices=["qsd", "tool"],
                    help="run against one daemon alone (its own checks)")
+    p.add_argument("--self-check", action="store_true",
+                   help="compare qemu-storage-daemon with itself (that "
+                   "the normalisation leaves nothing that varies)")
     p.add_argument("--keep", metavar="DIR",
                    help="work in DIR (made, kept) instead of a temporary "
                    "directory")
@@ -567,6 +574,8 @@ def main():
             print("1..0 # SKIP %s is not installed" % prog)
             return 0
     kinds = [opts.only] if opts.only else ["qsd", "tool"]
+    if opts.self_check:
+        kinds = ["qsd", "qsd2"]
     if opts.keep:
         os.makedirs(opts.keep)
         top = opts.keep
@@ -607,8 +616,8 @@ def main():
                         continue
                     f = os.path.basename(path) + ".raw"
                     r = subprocess.run(
-                        ["cmp", os.path.join(top, "out-qsd", f),
-                         os.path.join(top, "out-tool", f)],
+                        ["cmp", os.path.join(top, "out-" + kinds[0], f),
+                         os.path.join(top, "out-" + kinds[1], f)],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                         text=True)
                     check(r.returncode == 0, "%s byte-identical in both "
