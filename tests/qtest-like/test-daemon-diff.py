@@ -81,6 +81,9 @@ FIO_IOPS = 1000
 # masked, their presence still compared.  Paths: the step's label, then
 # members ("[]" for every element of a list).
 VOLATILE = {
+    "greeting.QMP.capabilities": "mirror-tool has no out-of-band "
+        "execution: it offers no oob (and refuses it as QEMU does where "
+        "unsupported)",
     "greeting.QMP.version.qemu.major": "the version",
     "greeting.QMP.version.qemu.minor": "the version",
     "greeting.QMP.version.qemu.micro": "the version",
