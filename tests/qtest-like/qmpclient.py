@@ -54,6 +54,23 @@ class QmpClient:
         if "QMP" not in self.greeting:
             raise QmpError("no QMP greeting: %r" % self.greeting)
 
+    def drain(self):
+        """After `quit`: keep the events that come until the server
+        closes the connection (at most the connection's timeout)."""
+        end = time.monotonic() + self.timeout
+        while True:
+            try:
+                m = self._recv(end)
+            except QmpError as e:
+                if "closed" in str(e):
+                    return
+                raise
+            except OSError:
+                return                  # a reset is a close too
+            if "event" not in m:
+                raise QmpError("a reply nobody waits for: %r" % m)
+            self._event(m)
+
     def close(self):
         self.sock.close()
 

@@ -15,7 +15,9 @@
 # with auto-finalize false (j1 also auto-dismiss false); three
 # BLOCK_JOB_READY; fio's end; block-job-complete each; three
 # BLOCK_JOB_PENDING; job-finalize each; the jobs' last events; job-dismiss
-# j1; query-block-jobs and query-jobs empty; quit.  Bad inputs are mixed
+# j1; query-block-jobs and query-jobs empty; block-export-del e2 and its
+# BLOCK_EXPORT_DELETED; quit, and the events until the daemon closes the
+# connection.  Bad inputs are mixed
 # in where their answer is fixed (duplicate node-name, export of a
 # missing node, wrong types, unknown members, blockdev-del of a job's
 # node, a duplicate job id, verbs in the wrong job state): their error
@@ -103,8 +105,18 @@ VOLATILE = {
     "event.data.len": "progress (the jobs' bytes, guest writes)",
 }
 # Members one side lacks, with the reason: dropped on both sides.
+MT_JOB_STATS = ("mirror-tool's own statistics of the job (docs/mirror-tool.md, "
+                "`start --qmp`), which QEMU does not have")
 LACKING = {
+    "query-block-jobs.return[].actively-synced":
+        "QEMU 8.2's member, which qemu-storage-daemon 7.2 has not yet",
 }
+for m in ("copy-rate", "dirty-bytes", "dirty-rate", "eta-ms",
+          "guest-base-latency-ns", "guest-latency-ns", "guest-pace",
+          "guest-priority", "guest-rate", "guest-request-rate",
+          "guest-requests", "in-flight-bytes", "in-sync", "reconnecting",
+          "window-bytes"):
+    LACKING["query-block-jobs.return[]." + m] = MT_JOB_STATS
 
 
 class Daemon:
@@ -361,7 +373,17 @@ class Conversation:
         self.step(q, "query-jobs (end)", "query-jobs")
         self.step(q, "query-block-exports (after the switch-overs)",
                   "query-block-exports")
+        self.step(q, "block-export-del e2", "block-export-del", {"id": "e2"})
+        q.wait_for(lambda evs: any(
+            ev["event"] == "BLOCK_EXPORT_DELETED" and
+            ev["data"] == {"id": "e2"} for ev in evs),
+            "BLOCK_EXPORT_DELETED of e2")
+        self.step(q, "query-block-exports (after block-export-del)",
+                  "query-block-exports")
+        self.step(q, "bad: block-export-del of a deleted export",
+                  "block-export-del", {"id": "e2"}, expect="error")
         self.step(q, "quit", "quit")
+        q.drain()
 
 
 class Fio:
@@ -597,7 +619,8 @@ def main():
                  os.path.join(w, "nbdkit.sock"), "sparse-random",
                  "size=%d" % DISKS[2]["size"], "seed=23", "percent=30",
                  "runlength=32"],
-                stdin=subprocess.DEVNULL)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(w, "nbdkit.log"), "w"))
             try:
                 c = converse(kind, w)
                 check_run(c, w)
