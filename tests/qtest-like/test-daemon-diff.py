@@ -17,11 +17,11 @@
 # BLOCK_JOB_PENDING; job-finalize each; the jobs' last events; job-dismiss
 # j1; query-block-jobs and query-jobs empty; block-export-del e2 and its
 # BLOCK_EXPORT_DELETED; quit, and the events until the daemon closes the
-# connection.  Bad inputs are mixed
-# in where their answer is fixed (duplicate node-name, export of a
-# missing node, wrong types, unknown members, blockdev-del of a job's
-# node, a duplicate job id, verbs in the wrong job state): their error
-# class and desc must be the same.
+# connection.  Bad inputs are mixed in where their answer is fixed
+# (duplicate node-name and export id, export of a missing node, wrong
+# types, unknown members, blockdev-del of a job's nodes, a second job on a
+# job's source, verbs in the wrong job state): their error class and desc
+# must be the same.
 #
 # Each run on its own must also be right: every step gets a reply of the
 # kind expected (return or error), each target equals its source
@@ -105,8 +105,8 @@ VOLATILE = {
     "event.data.len": "progress (the jobs' bytes, guest writes)",
 }
 # Members one side lacks, with the reason: dropped on both sides.
-MT_JOB_STATS = ("mirror-tool's own statistics of the job (docs/mirror-tool.md, "
-                "`start --qmp`), which QEMU does not have")
+MT_JOB_STATS = ("mirror-tool's own statistics of the job "
+                "(docs/mirror-tool.md, `start --qmp`): QEMU has none")
 LACKING = {
     "query-block-jobs.return[].actively-synced":
         "QEMU 8.2's member, which qemu-storage-daemon 7.2 has not yet",
