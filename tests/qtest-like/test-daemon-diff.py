@@ -363,21 +363,24 @@ class Conversation:
         self.wait_jobs(q, "the jobs' last JOB_STATUS_CHANGE", last)
         self.step(q, "query-jobs (concluded)", "query-jobs")
         if NO_DISMISS in self.started:
-            self.step(q, "job-dismiss " + NO_DISMISS, "job-dismiss",
-                      {"id": NO_DISMISS})
-            q.wait_for(lambda evs: any(
-                ev["event"] == "JOB_STATUS_CHANGE" and
-                ev["data"] == {"id": NO_DISMISS, "status": "null"}
-                for ev in evs), "%s's status null" % NO_DISMISS)
+            r = self.step(q, "job-dismiss " + NO_DISMISS, "job-dismiss",
+                          {"id": NO_DISMISS})
+            if "return" in r:
+                q.wait_for(lambda evs: any(
+                    ev["event"] == "JOB_STATUS_CHANGE" and
+                    ev["data"] == {"id": NO_DISMISS, "status": "null"}
+                    for ev in evs), "%s's status null" % NO_DISMISS)
         self.step(q, "query-block-jobs (end)", "query-block-jobs")
         self.step(q, "query-jobs (end)", "query-jobs")
         self.step(q, "query-block-exports (after the switch-overs)",
                   "query-block-exports")
-        self.step(q, "block-export-del e2", "block-export-del", {"id": "e2"})
-        q.wait_for(lambda evs: any(
-            ev["event"] == "BLOCK_EXPORT_DELETED" and
-            ev["data"] == {"id": "e2"} for ev in evs),
-            "BLOCK_EXPORT_DELETED of e2")
+        r = self.step(q, "block-export-del e2", "block-export-del",
+                      {"id": "e2"})
+        if "return" in r:
+            q.wait_for(lambda evs: any(
+                ev["event"] == "BLOCK_EXPORT_DELETED" and
+                ev["data"] == {"id": "e2"} for ev in evs),
+                "BLOCK_EXPORT_DELETED of e2")
         self.step(q, "query-block-exports (after block-export-del)",
                   "query-block-exports")
         self.step(q, "bad: block-export-del of a deleted export",
