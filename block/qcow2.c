@@ -47,6 +47,10 @@ typedef struct Qcow2OpenOptions {
     int64_t refcount_cache_size;    /* bytes of refcount blocks cached */
     bool copy_offload;              /* fused copies where they apply */
     OnOffAuto locking;              /* QEMU's image locks (file-lock.h) */
+    /* backing=none: the backing file the header names is not opened, and
+     * what the image does not have reads as zeroes (QEMU's backing: null,
+     * the daemon's); the header keeps its name.  Top layer only. */
+    bool no_backing;
     uint64_t perm;                  /* BLK_PERM_* the layer's user holds */
     uint64_t shared;                /* and shares */
     bool force_share;               /* share all, down the chain (-U) */
@@ -88,6 +92,7 @@ static bool qcow2_parse_options(GHashTable *options, const char *spec,
 {
     g_autoptr(GError) err = NULL;
     OnOffAuto copy = ON_OFF_AUTO_AUTO;
+    const char *v;
 
     if (!qcow2_take_cache_size(options, "l2-cache-size", &o->l2_cache_size,
                                &err) ||
@@ -99,6 +104,16 @@ static bool qcow2_parse_options(GHashTable *options, const char *spec,
         return false;
     }
     o->copy_offload = copy != ON_OFF_AUTO_OFF;
+    v = g_hash_table_lookup(options, "backing");
+    if (v) {
+        if (strcmp(v, "none")) {
+            g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                        "'%s': backing '%s': expected none", spec, v);
+            return false;
+        }
+        o->no_backing = true;
+        g_hash_table_remove(options, "backing");
+    }
     return file_lock_take_option(options, spec, &o->locking, errp);
 }
 
@@ -344,7 +359,7 @@ static BDRVQcow2State *qcow2_state_open_mode(const char *filename,
     if (!qcow2_load_tables(s, o, errp)) {
         goto out_close;
     }
-    if (!repair && !qcow2_backing_open(s, chain, errp)) {
+    if (!repair && !o->no_backing && !qcow2_backing_open(s, chain, errp)) {
         goto out_close;
     }
     if (writable && !repair && !qcow2_guard_build(s, errp)) {

@@ -79,11 +79,9 @@ static void info_add_specific(JsonBuilder *b, BlockImageInfo *info)
     json_builder_end_object(b);
 }
 
-static void info_print_json(const char *filename, BlockImageInfo *info)
+void tool_image_info_json(JsonBuilder *b, const char *filename,
+                          BlockImageInfo *info)
 {
-    g_autoptr(JsonBuilder) b = json_builder_new();
-
-    json_builder_begin_object(b);
     json_builder_set_member_name(b, "virtual-size");
     json_builder_add_int_value(b, info->virtual_size);
     json_builder_set_member_name(b, "filename");
@@ -115,6 +113,14 @@ static void info_print_json(const char *filename, BlockImageInfo *info)
     }
     json_builder_set_member_name(b, "dirty-flag");
     json_builder_add_boolean_value(b, info->dirty_flag);
+}
+
+static void info_print_json(const char *filename, BlockImageInfo *info)
+{
+    g_autoptr(JsonBuilder) b = json_builder_new();
+
+    json_builder_begin_object(b);
+    tool_image_info_json(b, filename, info);
     json_builder_end_object(b);
     tool_print_json(json_builder_get_root(b), true);
 }

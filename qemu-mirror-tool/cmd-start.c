@@ -273,12 +273,6 @@ static bool start_check_paths(const StartOptions *o, const char *src,
     return true;
 }
 
-static gboolean start_deadline_cb(gpointer opaque)
-{
-    *(bool *)opaque = true;
-    return G_SOURCE_REMOVE;
-}
-
 typedef struct StartFlush {
     bool done;
     int ret;
@@ -304,27 +298,12 @@ static int start_export_stop(NbdServer *export, BlockDriverState *top,
                              BlockDriverState *dst, const char **role)
 {
     StartFlush f = { 0 };
-    bool late = false;
 
     if (export) {
-        guint deadline = g_timeout_add_seconds(5, start_deadline_cb, &late);
-
-        nbdsrv_shutdown(export);
-        while (!nbdsrv_is_drained(export) && !late) {
-            g_main_context_iteration(NULL, TRUE);
-        }
-        if (!late) {
-            g_source_remove(deadline);
-        }
-        nbdsrv_free(export);
-        /* Requests the server abandoned still hold @top; they finish on
-         * the loop. */
-        while (mirror_top_in_flight(top)) {
-            g_main_context_iteration(NULL, TRUE);
-        }
-        *role = mirror_top_child(top) == dst ? "target" : "source";
-        bdrv_aio_flush(mirror_top_child(top), start_flush_cb, &f);
+        /* The flush of @top reaches the image it serves. */
+        nbdsrv_close(export, 5000, start_flush_cb, &f);
         tool_run_until(&f.done);
+        *role = mirror_top_child(top) == dst ? "target" : "source";
     }
     bdrv_unref(top);
     return f.ret;
@@ -352,15 +331,8 @@ int cmd_start(int argc, char **argv)
     int ret = TOOL_EXIT_USAGE;
     g_auto(ToolExportOpts) export_opts = { 0 };
     g_autofree char *export_opt = NULL;
-    g_autofree char *qmp_max_clients_str = NULL;
-    g_autofree char *qmp_max_output_str = NULL;
-    g_autofree char *qmp_max_total_output_str = NULL;
-    g_autofree char *qmp_handshake_limit_str = NULL;
+    g_auto(QmpServerOpts) qmp_opts = { 0 };
     g_auto(ToolVerify) verify = { 0 };
-    int64_t qmp_handshake_limit = QMP_DEFAULT_HANDSHAKE_LIMIT;
-    int64_t qmp_max_clients = QMP_DEFAULT_MAX_CLIENTS;
-    int64_t qmp_max_output = QMP_MAX_CLIENT_OUTPUT;
-    int64_t qmp_max_total_output = QMP_MAX_TOTAL_OUTPUT;
     GOptionEntry entries[] = {
         { "format", 'f', 0, G_OPTION_ARG_STRING, &o.src_format,
           "source format (default: probe)", "FMT" },
@@ -423,19 +395,7 @@ int cmd_start(int argc, char **argv)
         { "export-name", 0, 0, G_OPTION_ARG_STRING, &o.export_name,
           "the NBD export name (default \"\")", "NAME" },
         TOOL_EXPORT_OPTS_ENTRIES(&export_opts, "export-", 0),
-        { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &qmp_max_clients_str,
-          "QMP clients at a time, 1..1024 (default 16)", "N" },
-        { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &qmp_max_output_str,
-          "drop a QMP client that leaves more than SIZE of output unread, "
-          "64K..1G (default 16M)", "SIZE" },
-        { "qmp-max-total-output", 0, 0, G_OPTION_ARG_STRING,
-          &qmp_max_total_output_str,
-          "unread QMP output of all clients together, 64K..16G; above it "
-          "the client with the most is dropped (default 64M)", "SIZE" },
-        { "qmp-handshake-limit", 0, 0, G_OPTION_ARG_STRING,
-          &qmp_handshake_limit_str,
-          "drop a QMP client that has not sent qmp_capabilities SECONDS "
-          "after connecting, 0..86400, 0: never (default 10)", "SECONDS" },
+        QMP_SERVER_OPTS_ENTRIES(&qmp_opts),
         { "qmp-wait", 0, 0, G_OPTION_ARG_NONE, &o.qmp_wait,
           "start the job only once a QMP client has connected", NULL },
         { "stall-warning", 0, 0, G_OPTION_ARG_STRING, &o.stall_warning,
@@ -469,11 +429,7 @@ int cmd_start(int argc, char **argv)
     /* The listeners' limits, before anything is opened. */
     export_opt = tool_export_opts_given(&export_opts, "--export-");
     {
-        const char *qmp_opt =
-            qmp_max_clients_str ? "--qmp-max-clients" :
-            qmp_max_output_str ? "--qmp-max-output" :
-            qmp_max_total_output_str ? "--qmp-max-total-output" :
-            qmp_handshake_limit_str ? "--qmp-handshake-limit" : NULL;
+        const char *qmp_opt = qmp_server_opts_given(&qmp_opts);
 
         if (export_opt && !o.export_addr) {
             tool_error("%s needs --export ADDR", export_opt);
@@ -487,22 +443,7 @@ int cmd_start(int argc, char **argv)
     if (!tool_export_opts_check(&export_opts, "--export-", o.export_addr)) {
         goto out;
     }
-    if ((qmp_max_clients_str &&
-         !parse_count("--qmp-max-clients", qmp_max_clients_str, 1,
-                      QMP_MAX_MAX_CLIENTS, &qmp_max_clients, &err)) ||
-        (qmp_max_output_str &&
-         !parse_size_range("--qmp-max-output", qmp_max_output_str,
-                           QMP_MIN_OUTPUT_LIMIT, QMP_MAX_OUTPUT_LIMIT,
-                           false, &qmp_max_output, &err)) ||
-        (qmp_max_total_output_str &&
-         !parse_size_range("--qmp-max-total-output",
-                           qmp_max_total_output_str, QMP_MIN_OUTPUT_LIMIT,
-                           QMP_MAX_TOTAL_OUTPUT_LIMIT, false,
-                           &qmp_max_total_output, &err)) ||
-        (qmp_handshake_limit_str &&
-         !parse_count("--qmp-handshake-limit", qmp_handshake_limit_str, 0,
-                      QMP_MAX_HANDSHAKE_LIMIT, &qmp_handshake_limit,
-                      &err))) {
+    if (!qmp_server_opts_parse(&qmp_opts, &err)) {
         tool_error("%s", err->message);
         goto out;
     }
@@ -574,7 +515,7 @@ int cmd_start(int argc, char **argv)
     runner.json = o.json;
     runner.stall_warning_s = stall_warning;
     if (o.qmp) {
-        qmp = qmp_server_new(o.qmp, (int)qmp_max_clients, &err);
+        qmp = qmp_server_new(o.qmp, (int)qmp_opts.max_clients, &err);
         if (!qmp) {
             tool_error("%s", err->message);
             job_unref(job);
@@ -585,11 +526,7 @@ int cmd_start(int argc, char **argv)
         host = (QmpJobHost) {
             .job = job, .quit = job_runner_quit, .opaque = &runner,
         };
-        qmp_server_set_output_limits(qmp,
-                                     MIN(QMP_PAUSE_OUTPUT,
-                                         qmp_max_output / 4),
-                                     qmp_max_output, qmp_max_total_output);
-        qmp_server_set_handshake_limit(qmp, qmp_handshake_limit);
+        qmp_server_opts_apply(&qmp_opts, qmp);
         qmp_job_register(qmp, &host);
         runner.qmp = qmp;
         runner.qmp_wait = o.qmp_wait;

@@ -52,6 +52,8 @@ struct DaemonNode {
     char *name;                 /* node-name, unique in the daemon */
     char *driver;               /* QAPI BlockdevDriver: "file", "raw", ... */
     BlockDriverState *bs;       /* one reference held by the node */
+    /* The node's own: its @bs may be writable all the same (a read-only
+     * raw node shares its file node's), so users check this. */
     bool read_only;
     unsigned uses[DAEMON_USE__MAX];
     /* Set while a job blocks the node (QEMU's op blocker): blockdev-del
@@ -66,7 +68,64 @@ struct DaemonNode {
      * moves to the target's node: daemon_node_move_top()).
      */
     BlockDriverState *top;
+
+    /* ---- qmp-block.c's (read them, never change them) ---- */
+    /* The children blockdev-add gave the node (a DAEMON_USE_CHILD use of
+     * each), NULL: none.  @backing is only set for a backing node given
+     * by node-name; the images a qcow2 node names itself are opened by
+     * its driver and have no node (see docs/mirror-tool.md). */
+    DaemonNode *file;
+    DaemonNode *backing;
+    /* Made for a parent's inline dict (named "#blockNNN" as QEMU does
+     * when the dict has no node-name): not the monitor's, deleted with
+     * its parent. */
+    bool implicit;
+    /* The qcow2 node whose driver locks this file node's image itself:
+     * @bs was reopened without locks until that parent goes (and is not
+     * reopened with them while an export or a job uses the node then);
+     * NULL: none.  Only a node without users gets a qcow2 parent. */
+    DaemonNode *lock_holder;
+    uint64_t seq;               /* creation order, for the queries */
+    JsonObject *args;           /* the blockdev-add arguments (a ref) */
 };
+
+/* A signal that stops the daemon (SIGINT, SIGTERM, SIGHUP). */
+typedef struct DaemonSignal {
+    Daemon *daemon;
+    int signum;
+    guint source;               /* its g_unix_signal_add() source */
+} DaemonSignal;
+
+/* TLS credentials kinds and ends (QEMU's tls-creds-x509, tls-creds-psk). */
+typedef enum DaemonTlsKind {
+    DAEMON_TLS_X509,
+    DAEMON_TLS_PSK,
+} DaemonTlsKind;
+
+typedef enum DaemonTlsEndpoint {
+    DAEMON_TLS_CLIENT,
+    DAEMON_TLS_SERVER,
+} DaemonTlsEndpoint;
+
+/*
+ * An object-add tls-creds-x509 or tls-creds-psk.  Valid until its
+ * object-del, which QEMU allows while the credentials are in use: a user
+ * copies what it keeps (nbd-server-start loads the files into its
+ * NbdTlsCreds; an nbd node copies the paths into its URI).
+ */
+typedef struct DaemonTlsCreds {
+    char *id;
+    DaemonTlsKind kind;
+    DaemonTlsEndpoint endpoint; /* endpoint, default "client" */
+    char *dir;                  /* dir, as given (required) */
+    /* X.509 (verify-peer, default true): the peer must present a
+     * certificate signed by dir/ca-cert.pem. */
+    bool verify_peer;
+    /* PSK: dir/keys.psk ("username:hexkey" lines), and the client's user
+     * name (username, default "qemu"; NULL for a server). */
+    char *psk_file;
+    char *username;
+} DaemonTlsCreds;
 
 struct Daemon {
     QmpServer *qmp;
@@ -75,6 +134,8 @@ struct Daemon {
     GHashTable *jobs;           /* id -> Job * (a reference each) */
     void *exports;              /* qmp-export.c's state, or NULL */
     bool quit;                  /* `quit` or a signal: leave the loop */
+    bool stopped;               /* daemon_stop() ran */
+    DaemonSignal signals[3];
 };
 
 /* ---- daemon.c ---- */
@@ -87,13 +148,22 @@ struct Daemon {
 Daemon *daemon_new(const char *qmp_path, int max_clients, GError **errp);
 
 /*
- * Run the main loop until `quit`, SIGINT, SIGTERM or SIGHUP; then stop the
- * jobs (cancelled), the exports (drained, images flushed) and close every
- * node.  Returns the exit code (TOOL_EXIT_*).
+ * Run the main loop until `quit`, SIGINT, SIGTERM or SIGHUP; then stop
+ * (daemon_stop()).  A further signal while it stops exits at once
+ * (128 + the signal's number), as `start` does.  Returns the exit code:
+ * TOOL_EXIT_OK, or TOOL_EXIT_FAILURE when an image's flush failed.
  */
 int daemon_run(Daemon *d);
 
-/* Free everything daemon_run() has not (NULL is ignored). */
+/*
+ * Stop in order, once: no more QMP requests (qmp_server_close_input()),
+ * the jobs cancelled (daemon_jobs_stop()), the exports drained and their
+ * images flushed (daemon_exports_stop()), every node closed.  Returns 0
+ * or the first flush error (-errno); 0 when it ran before.
+ */
+int daemon_stop(Daemon *d);
+
+/* Stop (daemon_stop()) if not done yet, and free @d (NULL is ignored). */
 void daemon_free(Daemon *d);
 
 /*
@@ -103,6 +173,14 @@ void daemon_free(Daemon *d);
  */
 JsonNode *daemon_execute(Daemon *d, const char *name, JsonObject *args,
                          GError **errp);
+
+/*
+ * As daemon_execute(), for @args in QEMU's keyval syntax (keyval.h):
+ * every value a string, which qmp_arg_int() and qmp_arg_bool() convert
+ * while the command runs (qmp_args_set_keyval()).
+ */
+JsonNode *daemon_execute_keyval(Daemon *d, const char *name,
+                                JsonObject *args, GError **errp);
 
 /* ---- qmp-block.c: the node registry ---- */
 
@@ -140,9 +218,19 @@ BlockDriverState *daemon_node_top(DaemonNode *n, GError **errp);
  */
 void daemon_node_move_top(DaemonNode *from, DaemonNode *to);
 
-/* The TLS credentials object @id (object-add tls-creds-x509/-psk), or
- * NULL with @errp set as QEMU words it. */
-void *daemon_object_find_tls(Daemon *d, const char *id, GError **errp);
+/*
+ * The TLS credentials object @id (object-add tls-creds-x509/-psk), or
+ * NULL with @errp set as QEMU words it: "No TLS credentials with id 'X'",
+ * "Object with id 'X' is not TLS credentials".  See DaemonTlsCreds for
+ * how long it lives.
+ */
+DaemonTlsCreds *daemon_object_find_tls(Daemon *d, const char *id,
+                                       GError **errp);
+
+/* Are @creds for the end @endpoint?  False with @errp set as QEMU words
+ * it: "Expected TLS credentials for a server endpoint" (or client). */
+bool daemon_tls_check_endpoint(const DaemonTlsCreds *creds,
+                               DaemonTlsEndpoint endpoint, GError **errp);
 
 /* ---- qmp-export.c ---- */
 

@@ -6,12 +6,15 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 #include "qemu-mirror-tool/qmp.h"
+#include "util/cutils.h"
 #include "util/sockets.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glib-unix.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,6 +64,7 @@ struct QmpServer {
     size_t max_client_output;
     size_t max_total_output;
     size_t total_output;        /* queued for all live clients */
+    bool input_closed;          /* qmp_server_close_input() */
     void (*negotiated_cb)(void *opaque);
     void *negotiated_opaque;
 };
@@ -252,45 +256,48 @@ static JsonNode *qmp_return_reply(JsonNode *ret)
 /* ---- input ---- */
 
 /*
- * qmp_capabilities: QEMU's arguments ("enable", a list of capabilities);
- * we offer none, so asking for one (QEMU's only one is "oob") fails and
- * negotiation stays open.
+ * qmp_capabilities: QEMU's arguments ("enable", a list of capabilities)
+ * checked in QEMU's order: the arguments as its QAPI visitor checks them
+ * (each element's type and enum value, then unexpected members), then
+ * "already complete", then the capabilities asked for: we offer none, so
+ * asking for one (QEMU's only one is "oob") fails and negotiation stays
+ * open.
  */
 static bool qmp_capabilities(QmpClient *c, JsonObject *args, GError **errp)
 {
     static const char *const allowed[] = { "enable", NULL };
-    JsonNode *enable;
+    JsonNode *enable = json_object_get_member(args, "enable");
+    g_autoptr(GString) asked = g_string_new(NULL);
 
-    if (!qmp_check_args(args, allowed, errp)) {
-        return false;
-    }
-    enable = json_object_get_member(args, "enable");
     if (enable && !JSON_NODE_HOLDS_ARRAY(enable)) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
                     "Invalid parameter type for 'enable', expected: array");
         return false;
     }
-    if (enable && json_array_get_length(json_node_get_array(enable))) {
-        JsonArray *a = json_node_get_array(enable);
-        JsonNode *cap = json_array_get_element(a, 0);
+    for (guint i = 0; enable &&
+         i < json_array_get_length(json_node_get_array(enable)); i++) {
+        JsonNode *cap = json_array_get_element(json_node_get_array(enable),
+                                               i);
+        const char *name;
 
-        if (JSON_NODE_HOLDS_VALUE(cap) &&
-            json_node_get_value_type(cap) == G_TYPE_STRING) {
-            const char *name = json_node_get_string(cap);
-
-            if (!strcmp(name, "oob")) {
-                g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                            "Capability oob not available");
-            } else {
-                g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                            "Parameter 'enable[0]' does not accept value "
-                            "'%s'", name);
-            }
-        } else {
+        if (!JSON_NODE_HOLDS_VALUE(cap) ||
+            json_node_get_value_type(cap) != G_TYPE_STRING) {
             g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
-                        "Invalid parameter type for 'enable[0]', expected: "
-                        "string");
+                        "Invalid parameter type for 'enable[%u]', "
+                        "expected: string", i);
+            return false;
         }
+        name = json_node_get_string(cap);
+        if (strcmp(name, "oob")) {
+            /* QEMU names a list element's enum "null" (its visitor has
+             * no name for it). */
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                        "Parameter 'null' does not accept value '%s'", name);
+            return false;
+        }
+        g_string_append_printf(asked, "%s%s", asked->len ? ", " : "", name);
+    }
+    if (!qmp_check_args(args, allowed, errp)) {
         return false;
     }
     if (c->negotiated) {
@@ -299,7 +306,55 @@ static bool qmp_capabilities(QmpClient *c, JsonObject *args, GError **errp)
                     "command ignored");
         return false;
     }
+    if (asked->len) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Capability %s not available", asked->str);
+        return false;
+    }
     return true;
+}
+
+/*
+ * The request's members as QEMU checks them (qmp_dispatch_check_obj()):
+ * "execute" a string, "arguments" an object, "id" anything, nothing else.
+ * "exec-oob" is unexpected too, as in QEMU while "oob" is not enabled
+ * (it never is here).  The command's name, or NULL with @errp set.
+ */
+static const char *qmp_request_check(JsonObject *req, GError **errp)
+{
+    g_autoptr(GList) members = json_object_get_members(req);
+    const char *name = NULL;
+
+    for (GList *l = members; l; l = l->next) {
+        const char *key = l->data;
+        JsonNode *v = json_object_get_member(req, key);
+
+        if (!strcmp(key, "execute")) {
+            if (!JSON_NODE_HOLDS_VALUE(v) ||
+                json_node_get_value_type(v) != G_TYPE_STRING) {
+                g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                            "QMP input member 'execute' must be a string");
+                return NULL;
+            }
+            name = json_node_get_string(v);
+        } else if (!strcmp(key, "arguments")) {
+            if (!JSON_NODE_HOLDS_OBJECT(v)) {
+                g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                            "QMP input member 'arguments' must be an "
+                            "object");
+                return NULL;
+            }
+        } else if (strcmp(key, "id")) {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                        "QMP input member '%s' is unexpected", key);
+            return NULL;
+        }
+    }
+    if (!name) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "QMP input lacks member 'execute'");
+    }
+    return name;
 }
 
 /* Run one request (consumed); a reply is always sent. */
@@ -309,10 +364,9 @@ static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
     g_autoptr(JsonNode) request = root;
     g_autoptr(GError) err = NULL;
     g_autoptr(JsonObject) empty = json_object_new();
-    JsonObject *req, *args = NULL;
-    JsonNode *ret, *exec;
+    JsonObject *req, *args;
+    JsonNode *ret;
     const char *name;
-    QmpCommand *cmd;
 
     if (!JSON_NODE_HOLDS_OBJECT(request)) {
         g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
@@ -320,27 +374,12 @@ static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
         goto out_error;
     }
     req = json_node_get_object(request);
-    exec = json_object_get_member(req, "execute");
-    if (!exec || !JSON_NODE_HOLDS_VALUE(exec) ||
-        json_node_get_value_type(exec) != G_TYPE_STRING) {
-        g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
-                    "QMP input lacks member 'execute'");
+    name = qmp_request_check(req, &err);
+    if (!name) {
         goto out_error;
     }
-    name = json_node_get_string(exec);
-    if (json_object_has_member(req, "arguments")) {
-        JsonNode *a = json_object_get_member(req, "arguments");
-
-        if (!JSON_NODE_HOLDS_OBJECT(a)) {
-            g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
-                        "QMP input member 'arguments' must be an object");
-            goto out_error;
-        }
-        args = json_node_get_object(a);
-    }
-    if (!args) {
-        args = empty;
-    }
+    args = json_object_has_member(req, "arguments") ?
+           json_object_get_object_member(req, "arguments") : empty;
 
     if (!strcmp(name, "qmp_capabilities")) {
         if (!qmp_capabilities(c, args, &err)) {
@@ -363,18 +402,9 @@ static void qmp_client_dispatch(QmpClient *c, JsonNode *root,
                     "'qmp_capabilities'");
         goto out_error;
     }
-    cmd = g_hash_table_lookup(c->srv->commands, name);
-    if (!cmd) {
-        g_set_error(&err, QMP_ERROR, QMP_ERROR_COMMAND_NOT_FOUND,
-                    "The command %s has not been found", name);
-        goto out_error;
-    }
     /* The command may emit events, which may drop @c: it stays. */
-    ret = cmd->fn(args, cmd->opaque, &err);
+    ret = qmp_server_execute(c->srv, name, args, &err);
     if (err) {
-        if (ret) {
-            json_node_unref(ret);
-        }
         goto out_error;
     }
     qmp_client_send(c, qmp_return_reply(ret), id_text);
@@ -422,7 +452,8 @@ static void qmp_client_handle_line(QmpClient *c, const char *line,
 static void qmp_client_process(QmpClient *c)
 {
     c->busy++;
-    while (!c->dead && c->out->len < c->srv->pause_output) {
+    while (!c->dead && !c->srv->input_closed &&
+           c->out->len < c->srv->pause_output) {
         /* What was searched already has no newline: a long line costs
          * one pass, not one per read. */
         char *nl = memchr(c->in->str + c->in_scanned, '\n',
@@ -461,7 +492,8 @@ static gboolean qmp_client_readable(gint fd, GIOCondition cond,
 
 static void qmp_client_watch_input(QmpClient *c)
 {
-    if (!c->in_watch && !c->dead && !c->eof && !c->paused) {
+    if (!c->in_watch && !c->dead && !c->eof && !c->paused &&
+        !c->srv->input_closed) {
         c->in_watch = g_unix_fd_add(c->fd, G_IO_IN | G_IO_HUP | G_IO_ERR,
                                     qmp_client_readable, c);
     }
@@ -527,29 +559,40 @@ static gboolean qmp_server_idle(gpointer opaque)
     return G_SOURCE_REMOVE;
 }
 
-static void qmp_client_greet(QmpClient *c)
+JsonNode *qmp_version_info(void)
 {
     g_autofree char *package = g_strdup_printf("qemu-mirror %s",
                                                QEMU_MIRROR_VERSION);
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    unsigned major = 0, minor = 0, micro = 0;
+
+    /* "MAJOR.MINOR.MICRO" (meson's project version). */
+    sscanf(QEMU_MIRROR_VERSION, "%u.%u.%u", &major, &minor, &micro);
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "qemu");
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "micro");
+    json_builder_add_int_value(b, micro);
+    json_builder_set_member_name(b, "minor");
+    json_builder_add_int_value(b, minor);
+    json_builder_set_member_name(b, "major");
+    json_builder_add_int_value(b, major);
+    json_builder_end_object(b);
+    json_builder_set_member_name(b, "package");
+    json_builder_add_string_value(b, package);
+    json_builder_end_object(b);
+    return json_builder_get_root(b);
+}
+
+static void qmp_client_greet(QmpClient *c)
+{
     g_autoptr(JsonBuilder) b = json_builder_new();
 
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "QMP");
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "version");
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "qemu");
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "micro");
-    json_builder_add_int_value(b, 0);
-    json_builder_set_member_name(b, "minor");
-    json_builder_add_int_value(b, 1);
-    json_builder_set_member_name(b, "major");
-    json_builder_add_int_value(b, 0);
-    json_builder_end_object(b);
-    json_builder_set_member_name(b, "package");
-    json_builder_add_string_value(b, package);
-    json_builder_end_object(b);
+    json_builder_add_value(b, qmp_version_info());
     /* No capability offered: "oob" needs a monitor thread. */
     json_builder_set_member_name(b, "capabilities");
     json_builder_begin_array(b);
@@ -658,7 +701,6 @@ static gboolean qmp_server_accept(gint fd, GIOCondition cond,
 
 QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp)
 {
-    g_autoptr(GError) err = NULL;
     QmpServer *srv;
 
     if (max_clients < 1 || max_clients > QMP_MAX_MAX_CLIENTS) {
@@ -669,12 +711,6 @@ QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp)
     }
     srv = g_new0(QmpServer, 1);
     srv->listener.fd = -1;
-    if (path && !socket_unix_listen(&srv->listener, "--qmp", path,
-                                    64, &err)) {
-        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "%s", err->message);
-        g_free(srv);
-        return NULL;
-    }
     srv->max_clients = max_clients;
     srv->handshake_limit_s = QMP_DEFAULT_HANDSHAKE_LIMIT;
     srv->pause_output = QMP_PAUSE_OUTPUT;
@@ -682,11 +718,38 @@ QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp)
     srv->max_total_output = QMP_MAX_TOTAL_OUTPUT;
     srv->commands = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                           g_free);
-    if (path) {
-        srv->watch = g_unix_fd_add(srv->listener.fd, G_IO_IN,
-                                   qmp_server_accept, srv);
+    if (path && !qmp_server_listen(srv, path, errp)) {
+        qmp_server_free(srv);
+        return NULL;
     }
     return srv;
+}
+
+bool qmp_server_listen(QmpServer *srv, const char *path, GError **errp)
+{
+    g_autoptr(GError) err = NULL;
+
+    g_assert(srv->listener.fd < 0);
+    if (!socket_unix_listen(&srv->listener, "--qmp", path, 64, &err)) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "%s", err->message);
+        return false;
+    }
+    srv->watch = g_unix_fd_add(srv->listener.fd, G_IO_IN, qmp_server_accept,
+                               srv);
+    return true;
+}
+
+void qmp_server_close_input(QmpServer *srv)
+{
+    srv->input_closed = true;
+    g_clear_handle_id(&srv->watch, g_source_remove);
+    g_clear_handle_id(&srv->backoff, g_source_remove);
+    socket_unix_listener_close(&srv->listener);
+    for (GList *l = srv->clients; l; l = l->next) {
+        QmpClient *c = l->data;
+
+        g_clear_handle_id(&c->in_watch, g_source_remove);
+    }
 }
 
 void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
@@ -885,7 +948,101 @@ void qmp_server_flush(QmpServer *srv, int timeout_ms)
     }
 }
 
+/* ---- the server's options ---- */
+
+const char *qmp_server_opts_given(const QmpServerOpts *o)
+{
+    return o->max_clients_str ? "--qmp-max-clients" :
+           o->max_output_str ? "--qmp-max-output" :
+           o->max_total_output_str ? "--qmp-max-total-output" :
+           o->handshake_limit_str ? "--qmp-handshake-limit" : NULL;
+}
+
+bool qmp_server_opts_parse(QmpServerOpts *o, GError **errp)
+{
+    o->max_clients = QMP_DEFAULT_MAX_CLIENTS;
+    o->max_output = QMP_MAX_CLIENT_OUTPUT;
+    o->max_total_output = QMP_MAX_TOTAL_OUTPUT;
+    o->handshake_limit = QMP_DEFAULT_HANDSHAKE_LIMIT;
+    return (!o->max_clients_str ||
+            parse_count("--qmp-max-clients", o->max_clients_str, 1,
+                        QMP_MAX_MAX_CLIENTS, &o->max_clients, errp)) &&
+           (!o->max_output_str ||
+            parse_size_range("--qmp-max-output", o->max_output_str,
+                             QMP_MIN_OUTPUT_LIMIT, QMP_MAX_OUTPUT_LIMIT,
+                             false, &o->max_output, errp)) &&
+           (!o->max_total_output_str ||
+            parse_size_range("--qmp-max-total-output",
+                             o->max_total_output_str, QMP_MIN_OUTPUT_LIMIT,
+                             QMP_MAX_TOTAL_OUTPUT_LIMIT, false,
+                             &o->max_total_output, errp)) &&
+           (!o->handshake_limit_str ||
+            parse_count("--qmp-handshake-limit", o->handshake_limit_str, 0,
+                        QMP_MAX_HANDSHAKE_LIMIT, &o->handshake_limit, errp));
+}
+
+void qmp_server_opts_apply(const QmpServerOpts *o, QmpServer *srv)
+{
+    /* Paused well before dropped (qmp_server_set_output_limits()). */
+    qmp_server_set_output_limits(srv, MIN(QMP_PAUSE_OUTPUT,
+                                          o->max_output / 4),
+                                 o->max_output, o->max_total_output);
+    qmp_server_set_handshake_limit(srv, o->handshake_limit);
+}
+
+void qmp_server_opts_clear(QmpServerOpts *o)
+{
+    g_clear_pointer(&o->max_clients_str, g_free);
+    g_clear_pointer(&o->max_output_str, g_free);
+    g_clear_pointer(&o->max_total_output_str, g_free);
+    g_clear_pointer(&o->handshake_limit_str, g_free);
+}
+
 /* ---- arguments ---- */
+
+/* Integers and booleans may be strings (qmp_args_set_keyval()). */
+static bool qmp_args_keyval;
+
+void qmp_args_set_keyval(bool on)
+{
+    qmp_args_keyval = on;
+}
+
+/*
+ * The keyval string @str of argument @name as a @type (G_TYPE_INT64 or
+ * G_TYPE_BOOLEAN) into *@out, as QEMU's keyval input visitor converts it.
+ */
+static bool qmp_arg_from_keyval(const char *name, const char *str,
+                                GType type, void *out, GError **errp)
+{
+    if (type == G_TYPE_INT64) {
+        char *end;
+        long long v;
+
+        errno = 0;
+        v = strtoll(str, &end, 0);
+        if (*str && !*end && !errno) {
+            *(int64_t *)out = v;
+            return true;
+        }
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                    "Parameter '%s' expects integer", name);
+        return false;
+    }
+    if (!strcmp(str, "on") || !strcmp(str, "yes") ||
+        !strcmp(str, "true") || !strcmp(str, "y")) {
+        *(bool *)out = true;
+        return true;
+    }
+    if (!strcmp(str, "off") || !strcmp(str, "no") ||
+        !strcmp(str, "false") || !strcmp(str, "n")) {
+        *(bool *)out = false;
+        return true;
+    }
+    g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
+                "Parameter '%s' expects 'on' or 'off'", name);
+    return false;
+}
 
 bool qmp_check_args(JsonObject *args, const char *const *allowed,
                     GError **errp)
@@ -921,6 +1078,12 @@ static bool qmp_arg(JsonObject *args, const char *name, bool required,
             return false;
         }
         return true;
+    }
+    if (qmp_args_keyval && type != G_TYPE_STRING &&
+        JSON_NODE_HOLDS_VALUE(n) &&
+        json_node_get_value_type(n) == G_TYPE_STRING) {
+        return qmp_arg_from_keyval(name, json_node_get_string(n), type, out,
+                                   errp);
     }
     if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != type) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,

@@ -79,9 +79,20 @@ typedef JsonNode *QmpCommandFunc(JsonObject *args, void *opaque,
  * Listen on the UNIX socket @path (replacing a stale socket file) and
  * serve at most @max_clients (1..QMP_MAX_MAX_CLIENTS) clients at a time;
  * a client beyond that gets one error line and is closed.  @path NULL:
- * no socket, clients come from qmp_server_add_client() only (fuzzing).
+ * no socket yet (qmp_server_listen() may add it later); until then
+ * clients come from qmp_server_add_client() only (fuzzing), and commands
+ * run through qmp_server_execute() (the daemon's command line).
  */
 QmpServer *qmp_server_new(const char *path, int max_clients, GError **errp);
+
+/*
+ * Start listening on the UNIX socket @path, for a server made without
+ * one (qmp_server_new() with @path NULL): the daemon runs its command
+ * line first, so that no client sees it half made and a bad option
+ * leaves no socket file behind.  False with @errp set ("--qmp 'PATH':
+ * ...") on failure.
+ */
+bool qmp_server_listen(QmpServer *srv, const char *path, GError **errp);
 
 /*
  * Serve the connected stream socket @fd (taken over, made non-blocking)
@@ -115,6 +126,14 @@ void qmp_server_set_output_limits(QmpServer *srv, size_t pause,
  */
 void qmp_server_set_handshake_limit(QmpServer *srv, unsigned seconds);
 
+/*
+ * Stop listening (the socket file is removed) and reading requests, the
+ * rest of a line being handled included; what is queued and the events
+ * emitted from now on still go out, until qmp_server_free().  For `quit`
+ * and the daemon's shutdown: no command runs while it stops.
+ */
+void qmp_server_close_input(QmpServer *srv);
+
 /* Close every connection, stop listening and remove the socket file. */
 void qmp_server_free(QmpServer *srv);
 
@@ -145,6 +164,13 @@ void qmp_server_emit_event(QmpServer *srv, const char *event,
 /* Build the event message (with timestamp) as one line, for --json. */
 char *qmp_event_to_string(const char *event, JsonNode *data);
 
+/*
+ * QEMU's VersionInfo with mirror-tool's own version (not QEMU's):
+ * {"qemu": {"major", "minor", "micro"}, "package": "qemu-mirror X.Y.Z"}.
+ * The greeting's "version" and the reply to query-version.
+ */
+JsonNode *qmp_version_info(void);
+
 /* Has any client completed negotiation yet? */
 bool qmp_server_has_client(QmpServer *srv);
 
@@ -164,14 +190,93 @@ void qmp_server_set_negotiated_cb(QmpServer *srv, void (*fn)(void *),
 void qmp_server_flush(QmpServer *srv, int timeout_ms);
 
 
+/*
+ * The options of the QMP server of `start --qmp` and `daemon`, as typed
+ * (GOptionEntry targets, NULL when not given), and their values once
+ * qmp_server_opts_parse() has checked them (the defaults otherwise).
+ */
+typedef struct QmpServerOpts {
+    char *max_clients_str;
+    char *max_output_str;
+    char *max_total_output_str;
+    char *handshake_limit_str;
+    int64_t max_clients;
+    int64_t max_output;
+    int64_t max_total_output;
+    int64_t handshake_limit;
+} QmpServerOpts;
+
+/* --qmp-max-clients, --qmp-max-output, --qmp-max-total-output and
+ * --qmp-handshake-limit into QmpServerOpts *@o. */
+#define QMP_SERVER_OPTS_ENTRIES(o) \
+    { "qmp-max-clients", 0, 0, G_OPTION_ARG_STRING, &(o)->max_clients_str, \
+      "QMP clients at a time, 1..1024 (default 16)", "N" }, \
+    { "qmp-max-output", 0, 0, G_OPTION_ARG_STRING, &(o)->max_output_str, \
+      "drop a QMP client that leaves more than SIZE of output unread, " \
+      "64K..1G (default 16M)", "SIZE" }, \
+    { "qmp-max-total-output", 0, 0, G_OPTION_ARG_STRING, \
+      &(o)->max_total_output_str, \
+      "unread QMP output of all clients together, 64K..16G; above it " \
+      "the client with the most is dropped (default 64M)", "SIZE" }, \
+    { "qmp-handshake-limit", 0, 0, G_OPTION_ARG_STRING, \
+      &(o)->handshake_limit_str, \
+      "drop a QMP client that has not sent qmp_capabilities SECONDS " \
+      "after connecting, 0..86400, 0: never (default 10)", "SECONDS" }
+
+/* The first of @o's options that was given ("--qmp-max-clients"), for
+ * "... needs --qmp PATH"; NULL if none was. */
+const char *qmp_server_opts_given(const QmpServerOpts *o);
+
+/*
+ * Check the options given in @o and set its values (the defaults for
+ * those not given).  False with @errp naming the first bad value as typed
+ * ("--qmp-max-clients '0': must be between 1 and 1024").
+ */
+bool qmp_server_opts_parse(QmpServerOpts *o, GError **errp);
+
+/* Set @o's output caps and handshake limit (checked by
+ * qmp_server_opts_parse()) on @srv; max_clients goes to qmp_server_new(). */
+void qmp_server_opts_apply(const QmpServerOpts *o, QmpServer *srv);
+
+/* Free @o's strings (g_auto(QmpServerOpts) calls it). */
+void qmp_server_opts_clear(QmpServerOpts *o);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(QmpServerOpts, qmp_server_opts_clear)
+
+
 /* ---- argument helpers for command implementations ---- */
+
+/*
+ * Every command reads its arguments through these helpers; that is what
+ * lets one handler serve both QMP (JSON: every member has its JSON type)
+ * and the daemon's command line in QEMU's keyval syntax (every value a
+ * string, converted by the command's schema as QEMU does).  Nested
+ * objects (BlockdevRef, SocketAddress) are read with the same helpers
+ * on the member's JsonObject.  A command must not read an integer or a
+ * boolean with json_object_get_*_member() directly: a keyval string
+ * would be refused.
+ */
+
+/*
+ * While on (set around a command run for the command line: see
+ * daemon_execute_keyval()), qmp_arg_int() and qmp_arg_bool() also take
+ * a string: an integer as C's strtoll() with base 0 reads it (decimal,
+ * 0x hex, 0 octal; QEMU's qemu_strtoi64()), a boolean as on/yes/true/y or
+ * off/no/false/n; anything else fails as QEMU words it ("Parameter 'NAME'
+ * expects integer", "... expects 'on' or 'off'").  Off by default.
+ */
+void qmp_args_set_keyval(bool on);
 
 /* Fail if @args has a member not in @allowed (NULL-terminated). */
 bool qmp_check_args(JsonObject *args, const char *const *allowed,
                     GError **errp);
 
-/* Fetch a member; a missing required one or a wrong type is an error
- * worded as QEMU does.  Optional ones leave *@out unchanged. */
+/*
+ * Fetch a member; a missing required one or a wrong type is an error
+ * worded as QEMU does ("Parameter 'NAME' is missing", "Invalid parameter
+ * type for 'NAME', expected: integer").  Optional ones leave *@out
+ * unchanged.  A string stays owned by @args.  In keyval mode
+ * (qmp_args_set_keyval()) integers and booleans may be strings.
+ */
 bool qmp_arg_str(JsonObject *args, const char *name, bool required,
                  const char **out, GError **errp);
 bool qmp_arg_int(JsonObject *args, const char *name, bool required,

@@ -354,6 +354,16 @@ G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(ToolExportOpts, tool_export_opts_clear)
 typedef struct _JsonNode JsonNode;
 void tool_print_json(JsonNode *node, bool pretty);
 
+/*
+ * Add the members of QEMU's ImageInfo for @info (an image named
+ * @filename) to the object @b is building, as qemu-img info
+ * --output=json shows them (info, and the daemon's
+ * query-named-block-nodes).
+ */
+typedef struct _JsonBuilder JsonBuilder;
+void tool_image_info_json(JsonBuilder *b, const char *filename,
+                          BlockImageInfo *info);
+
 ToolCommandFunc cmd_convert;
 ToolCommandFunc cmd_start;
 ToolCommandFunc cmd_qmp;

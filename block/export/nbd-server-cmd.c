@@ -19,12 +19,15 @@
 
 #include <errno.h>
 
-uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c)
+uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c, NbdExport *exp)
 {
-    uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH |
-                 NBD_FLAG_CAN_MULTI_CONN;   /* one node: flush is global */
+    uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH;
 
-    if (c->srv->read_only) {
+    /* One node: a flush covers every connection. */
+    if (c->srv->max_clients > 1 || c->srv->multi_conn_always) {
+        f |= NBD_FLAG_CAN_MULTI_CONN;
+    }
+    if (exp->read_only) {
         f |= NBD_FLAG_READ_ONLY;
     } else {
         f |= NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_TRIM |
@@ -148,7 +151,7 @@ static uint32_t nbdsrv_status_flags(unsigned flags)
 
 static void nbdsrv_reply_status(NbdClient *c, NbdRequest *req)
 {
-    NbdServer *srv = c->srv;
+    NbdExport *exp = c->exp;
     GArray *ext = req->extents;
     bool one = req->h.flags & NBD_CMD_FLAG_REQ_ONE;
     uint64_t *len = g_new(uint64_t, NBDSRV_MAX_EXTENTS);
@@ -176,9 +179,9 @@ static void nbdsrv_reply_status(NbdClient *c, NbdRequest *req)
      * extents (the last may end at the unaligned end of the export). */
     for (unsigned i = 0; c->check_align && i < n; i++) {
         end += len[i];
-        if (end % srv->min_block && end != srv->size) {
+        if (end % exp->min_block && end != exp->size) {
             if (i == 0) {
-                len[0] = MIN(QEMU_ALIGN_UP(end, srv->min_block), srv->size) -
+                len[0] = MIN(QEMU_ALIGN_UP(end, exp->min_block), exp->size) -
                          req->h.offset;
                 state[0] = 0;   /* "allocated, contents unknown": safe */
                 n = 1;
@@ -246,10 +249,10 @@ static void nbdsrv_cmd_trim_cb(void *opaque, int ret)
 
     if (ret == 0 && (req->h.flags & NBD_CMD_FLAG_FUA) &&
         !req->client->closed) {
-        NbdServer *srv = req->client->srv;
+        NbdClient *c = req->client;
 
-        bdrv_aio_submit(srv->bs, BDRV_OP_FLUSH, 0, 0, NULL,
-                        nbdsrv_req_flags(srv), NULL, nbdsrv_cmd_done_cb,
+        bdrv_aio_submit(c->exp->bs, BDRV_OP_FLUSH, 0, 0, NULL,
+                        nbdsrv_req_flags(c->srv), NULL, nbdsrv_cmd_done_cb,
                         req);
         return;
     }
@@ -262,7 +265,7 @@ static void nbdsrv_cmd_trim_cb(void *opaque, int ret)
 static int nbdsrv_cmd_check(NbdClient *c, const NbdRequestHeader *h,
                             const char **why)
 {
-    NbdServer *srv = c->srv;
+    NbdExport *exp = c->exp;
     uint16_t allowed = NBD_CMD_FLAG_FUA;    /* valid on any command */
     bool write_like = false;
     bool rw = h->type == NBD_CMD_READ || h->type == NBD_CMD_WRITE;
@@ -292,11 +295,11 @@ static int nbdsrv_cmd_check(NbdClient *c, const NbdRequestHeader *h,
         *why = "invalid command flags";
         return EINVAL;
     }
-    if (write_like && srv->read_only) {
+    if (write_like && exp->read_only) {
         *why = "the export is read-only";
         return EPERM;
     }
-    if (rw && h->len > srv->max_block) {
+    if (rw && h->len > exp->max_block) {
         *why = "request larger than the maximum block size";
         return h->flags & NBD_CMD_FLAG_DF ? EOVERFLOW : EINVAL;
     }
@@ -304,14 +307,14 @@ static int nbdsrv_cmd_check(NbdClient *c, const NbdRequestHeader *h,
         *why = "flush with a nonzero offset or length";
         return h->offset || h->len ? EINVAL : 0;
     }
-    if (h->offset > srv->size || h->len > srv->size - h->offset) {
+    if (h->offset > exp->size || h->len > exp->size - h->offset) {
         *why = "request beyond the end of the export";
         return h->type == NBD_CMD_WRITE || h->type == NBD_CMD_WRITE_ZEROES
                ? ENOSPC : EINVAL;
     }
-    if (c->check_align && (h->offset % srv->min_block ||
-                           (h->len % srv->min_block &&
-                            h->offset + h->len != srv->size))) {
+    if (c->check_align && (h->offset % exp->min_block ||
+                           (h->len % exp->min_block &&
+                            h->offset + h->len != exp->size))) {
         *why = "request not aligned to the minimum block size";
         return EINVAL;
     }
@@ -333,6 +336,7 @@ static int nbdsrv_cmd_check(NbdClient *c, const NbdRequestHeader *h,
 static void nbdsrv_gate_submit(NbdServer *srv, NbdRequest *req)
 {
     const NbdRequestHeader *h = &req->h;
+    BlockDriverState *bs = req->client->exp->bs;
 
     if (h->len > NBDSRV_GATE_MIN) {
         req->gated = true;
@@ -340,10 +344,10 @@ static void nbdsrv_gate_submit(NbdServer *srv, NbdRequest *req)
         req->client->gate_seq = ++srv->gate_seq;
     }
     if (h->type == NBD_CMD_READ) {
-        bdrv_aio_pread(srv->bs, h->offset, h->len, req->buf,
+        bdrv_aio_pread(bs, h->offset, h->len, req->buf,
                        nbdsrv_req_flags(srv), nbdsrv_cmd_done_cb, req);
     } else {
-        bdrv_aio_pwrite(srv->bs, h->offset, h->len, req->buf,
+        bdrv_aio_pwrite(bs, h->offset, h->len, req->buf,
                         (h->flags & NBD_CMD_FLAG_FUA ? BDRV_REQ_FUA : 0) |
                         nbdsrv_req_flags(srv),
                         nbdsrv_cmd_done_cb, req);
@@ -426,7 +430,7 @@ static BdrvRequestFlags nbdsrv_zero_flags(uint16_t flags)
 /* Send a checked request with a nonzero length to the block layer. */
 static void nbdsrv_cmd_submit(NbdClient *c, NbdRequest *req)
 {
-    BlockDriverState *bs = c->srv->bs;
+    BlockDriverState *bs = c->exp->bs;
     BdrvRequestFlags prio = nbdsrv_req_flags(c->srv);
     const NbdRequestHeader *h = &req->h;
 
@@ -502,7 +506,7 @@ bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h)
         return true;
     }
     if (h->type == NBD_CMD_FLUSH) {
-        bdrv_aio_submit(srv->bs, BDRV_OP_FLUSH, 0, 0, NULL,
+        bdrv_aio_submit(c->exp->bs, BDRV_OP_FLUSH, 0, 0, NULL,
                         nbdsrv_req_flags(srv), NULL, nbdsrv_cmd_done_cb,
                         req);
     } else if (!h->len) {

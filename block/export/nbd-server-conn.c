@@ -173,6 +173,7 @@ NbdRequest *nbdsrv_req_new(NbdClient *c, const NbdRequestHeader *h)
     req->h = *h;
     nbdsrv_client_ref(c);
     c->in_flight++;
+    c->exp->in_flight++;
     srv->in_flight++;
     srv->stats.max_client_in_flight = MAX(srv->stats.max_client_in_flight,
                                           c->in_flight);
@@ -189,6 +190,7 @@ void nbdsrv_req_free(NbdRequest *req)
     }
     nbdsrv_client_release(c, req->held);
     c->in_flight--;
+    c->exp->in_flight--;
     c->srv->in_flight--;
     g_free(req);
     nbdsrv_client_resume(c);
@@ -747,9 +749,13 @@ void nbdsrv_client_unref(NbdClient *c)
     }
     g_assert(c->closed && !c->in_flight && !c->payload_req);
     g_queue_unlink(&srv->clients, &c->link);
+    if (c->exp) {
+        nbdsrv_export_unref(c->exp);
+    }
     g_free(c);
     if (!srv->freed) {
         nbdsrv_update_listen(srv);  /* its buffers are free */
+        nbdsrv_check_drained(srv);
     }
     if (srv->freed && g_queue_is_empty(&srv->clients) && !srv->final_src) {
         /* We may be inside a block layer completion: release the node
@@ -798,6 +804,9 @@ void nbdsrv_client_close(NbdClient *c, bool protocol_error)
     c->rpos = c->rlen = 0;
     c->rstate = NBDR_STOPPED;
     srv->live_clients--;
+    if (c->exp) {
+        c->exp->clients--;
+    }
     nbdsrv_resume_global(srv);  /* its guarantee is free again */
     if (!srv->freed) {
         nbdsrv_update_listen(srv);

@@ -15,6 +15,14 @@
  * triggered by a completion, so the block layer never sees its node closed
  * under its own callback.
  *
+ * An export (NbdExport) is reference counted too: one reference while it
+ * is in the server's table (from nbdsrv_export_add() until it is removed)
+ * and one per connection that selected it (NBD_OPT_GO or
+ * NBD_OPT_EXPORT_NAME), held until that connection is freed, so after
+ * its last request completed.  The last reference releases the export's
+ * node and runs its gone callback, from an idle callback (or at once when
+ * the control path dropped it): the same rule as the server's.
+ *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -199,6 +207,7 @@ typedef enum NbdSkipThen {
 
 typedef struct NbdServer NbdServer;
 typedef struct NbdClient NbdClient;
+typedef struct NbdExport NbdExport;
 typedef struct NbdTlsSession NbdTlsSession;
 
 /* A transmission request header, decoded. */
@@ -223,8 +232,28 @@ typedef struct NbdRequest {
     GList gate_link;        /* in srv->gate_wait */
 } NbdRequest;
 
+/* One export of a server (nbd-server-export.c). */
+struct NbdExport {
+    NbdServer *srv;
+    GList link;             /* in srv->exports while listed, then in
+                             * srv->dead once released */
+    int refcnt;             /* see the lifetime rules above */
+    bool listed;            /* in srv->exports: clients can select it */
+    char *name;
+    char *description;      /* NULL: no NBD_INFO_DESCRIPTION */
+    BlockDriverState *bs;   /* one reference */
+    bool read_only;
+    uint64_t size;
+    uint32_t min_block, pref_block, max_block;
+    unsigned clients;       /* open connections that selected it */
+    uint64_t in_flight;     /* their requests not yet completed */
+    void (*gone)(void *opaque);
+    void *gone_opaque;
+};
+
 struct NbdClient {
     NbdServer *srv;
+    NbdExport *exp;         /* selected (a reference), or NULL */
     GList link;             /* in srv->clients */
     int refcnt;
     int fd;
@@ -281,13 +310,16 @@ struct NbdClient {
 };
 
 struct NbdServer {
-    BlockDriverState *bs;
     GMainContext *ctx;
-    char *export_name;
-    char *description;
-    bool read_only;
-    uint64_t size;
-    uint32_t min_block, pref_block, max_block;
+    GQueue exports;         /* NbdExport, listed, oldest first */
+    /* nbdsrv_new()'s export: the empty name selects it too.  NULL: only
+     * an export named "" answers to the empty name. */
+    NbdExport *default_exp;
+    /* Advertise multi-conn even with one connection allowed
+     * (nbdsrv_new()'s, as before); else only with more, as QEMU. */
+    bool multi_conn_always;
+    GQueue dead;            /* NbdExport whose last reference is gone */
+    GSource *reap_src;      /* idle: release srv->dead */
 
     int listen_fd;
     GSource *listen_src;
@@ -310,6 +342,8 @@ struct NbdServer {
     unsigned global_waiters;
     bool shutting_down;
     bool freed;
+    struct NbdClose *closing;   /* nbdsrv_close() in progress, or NULL */
+    GSource *drained_src;       /* idle: ... its connections are gone */
     int64_t handshake_timeout_ms;
     int64_t stall_timeout_ms;
     int64_t payload_timeout_ms;
@@ -348,7 +382,7 @@ static inline int nbdsrv_client_priority(NbdClient *c)
 /* Count a dispatch of @c's sources (see nbdsrv_client_priority()). */
 void nbdsrv_client_turn(NbdClient *c);
 
-/* The request flags of @srv's requests to its node. */
+/* The request flags of @srv's requests to its nodes. */
 static inline BdrvRequestFlags nbdsrv_req_flags(NbdServer *srv)
 {
     return srv->guest_priority ? BDRV_REQ_PRIO : 0;
@@ -368,6 +402,28 @@ void nbdsrv_source_clear(GSource **src);
 
 /* Release the server: no client is left. */
 void nbdsrv_finalize(NbdServer *srv);
+
+/* A connection was freed: when nbdsrv_close() waits and none is left, it
+ * goes on (from an idle callback). */
+void nbdsrv_check_drained(NbdServer *srv);
+
+/* ---- nbd-server-export.c: the export table ---- */
+
+/* The listed export named @name (@len bytes, not NUL-terminated), with
+ * the empty name also selecting srv->default_exp; NULL if none. */
+NbdExport *nbdsrv_export_lookup(NbdServer *srv, const uint8_t *name,
+                                uint32_t len);
+
+/* Take / drop a reference on @exp (see the lifetime rules above).  The
+ * last one goes through srv->dead, released from an idle callback. */
+void nbdsrv_export_ref(NbdExport *exp);
+void nbdsrv_export_unref(NbdExport *exp);
+
+/* Release every export on srv->dead now (their nodes, gone callbacks). */
+void nbdsrv_export_reap(NbdServer *srv);
+
+/* Unlist every export (as a hard removal) for nbdsrv_free(). */
+void nbdsrv_export_remove_all(NbdServer *srv);
 
 /* Accept connections only while there is room for one more (a slot and
  * its guarantee); call when either may have changed. */
@@ -498,8 +554,8 @@ bool nbdsrv_cmd_start(NbdClient *c, const NbdRequestHeader *h);
 void nbdsrv_cmd_payload_done(NbdClient *c);
 /* @c is closing: drop its requests still waiting for the gate. */
 void nbdsrv_cmd_drop_waiting(NbdClient *c);
-/* Transmission flags for @c. */
-uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c);
+/* Transmission flags for @c on @exp. */
+uint16_t nbdsrv_cmd_transmission_flags(NbdClient *c, NbdExport *exp);
 
 /* ---- byte order helpers ---- */
 

@@ -6,7 +6,9 @@
  * name NBD_REP_ERR_UNKNOWN.  Option data above 64 KiB is read and dropped,
  * then refused (NBD_REP_ERR_TOO_BIG).  Only framing errors (bad magic,
  * unknown client flags, an unservable NBD_OPT_EXPORT_NAME) end the
- * connection, as the protocol requires.
+ * connection, as the protocol requires.  NBD_OPT_LIST lists every export
+ * of the server (nbd-server-export.c); NBD_OPT_INFO, GO and EXPORT_NAME
+ * pick one by name.
  *
  * TLS (doc/proto.md "TLS support"): a server without credentials is in
  * NOTLS mode and answers NBD_OPT_STARTTLS with NBD_REP_ERR_UNSUP.  With
@@ -78,18 +80,12 @@ nbdsrv_opt_error(NbdClient *c, uint32_t type, const char *fmt, ...)
     nbdsrv_opt_reply(c, type, msg, strlen(msg));
 }
 
-static bool nbdsrv_name_matches(NbdClient *c, const uint8_t *name,
-                                uint32_t len)
+static void nbdsrv_enter_transmission(NbdClient *c, NbdExport *exp,
+                                      bool check_align)
 {
-    const char *ours = c->srv->export_name;
-
-    /* The empty name is the default export, which is ours. */
-    return len == 0 ||
-           (len == strlen(ours) && !memcmp(name, ours, len));
-}
-
-static void nbdsrv_enter_transmission(NbdClient *c, bool check_align)
-{
+    c->exp = exp;
+    nbdsrv_export_ref(exp);
+    exp->clients++;
     c->transmission = true;
     c->check_align = check_align;
     c->rstate = NBDR_REQ_HEADER;
@@ -98,35 +94,44 @@ static void nbdsrv_enter_transmission(NbdClient *c, bool check_align)
 static void nbdsrv_opt_export_name(NbdClient *c, const uint8_t *name,
                                    uint32_t len)
 {
+    NbdExport *exp = nbdsrv_export_lookup(c->srv, name, len);
     uint8_t *d;
 
-    if (!nbdsrv_name_matches(c, name, len)) {
+    if (!exp) {
         /* This option cannot fail politely: end the session. */
         nbdsrv_client_close(c, false);
         return;
     }
     d = g_malloc0(8 + 2 + 124);
-    nbdsrv_put64(d, c->srv->size);
-    nbdsrv_put16(d + 8, nbdsrv_cmd_transmission_flags(c));
+    nbdsrv_put64(d, exp->size);
+    nbdsrv_put16(d + 8, nbdsrv_cmd_transmission_flags(c, exp));
     nbdsrv_client_queue(c, NULL, 0, d, c->no_zeroes ? 10 : 8 + 2 + 124,
                         g_free);
-    nbdsrv_enter_transmission(c, false);
+    nbdsrv_enter_transmission(c, exp, false);
 }
 
+/* One NBD_REP_SERVER per export, as QEMU: the name, then the description
+ * if it has one. */
 static void nbdsrv_opt_list(NbdClient *c, uint32_t len)
 {
-    const char *name = c->srv->export_name;
-    size_t n = strlen(name);
-    g_autofree uint8_t *d = g_malloc(4 + n);
-
     if (len) {
         nbdsrv_opt_error(c, NBD_REP_ERR_INVALID,
                          "NBD_OPT_LIST takes no data");
         return;
     }
-    nbdsrv_put32(d, n);
-    memcpy(d + 4, name, n);
-    nbdsrv_opt_reply(c, NBD_REP_SERVER, d, 4 + n);
+    for (GList *l = c->srv->exports.head; l; l = l->next) {
+        NbdExport *exp = l->data;
+        size_t n = strlen(exp->name);
+        size_t dn = exp->description ? strlen(exp->description) : 0;
+        g_autofree uint8_t *d = g_malloc(4 + n + dn);
+
+        nbdsrv_put32(d, n);
+        memcpy(d + 4, exp->name, n);
+        if (dn) {
+            memcpy(d + 4 + n, exp->description, dn);
+        }
+        nbdsrv_opt_reply(c, NBD_REP_SERVER, d, 4 + n + dn);
+    }
     nbdsrv_opt_ack(c);
 }
 
@@ -147,9 +152,9 @@ static void nbdsrv_info_reply(NbdClient *c, uint16_t type, const void *p,
 static void nbdsrv_opt_info(NbdClient *c, const uint8_t *d, uint32_t len,
                             bool go)
 {
-    NbdServer *srv = c->srv;
     bool want_name = false, want_desc = false, want_bs = false;
     uint8_t export[10], bs[12];
+    NbdExport *exp;
     uint32_t namelen;
     uint16_t n;
 
@@ -180,30 +185,30 @@ static void nbdsrv_opt_info(NbdClient *c, const uint8_t *d, uint32_t len,
             break;      /* MUST be ignored */
         }
     }
-    if (!nbdsrv_name_matches(c, d + 4, namelen)) {
+    exp = nbdsrv_export_lookup(c->srv, d + 4, namelen);
+    if (!exp) {
         nbdsrv_opt_error(c, NBD_REP_ERR_UNKNOWN, "no such export");
         return;
     }
 
-    nbdsrv_put64(export, srv->size);
-    nbdsrv_put16(export + 8, nbdsrv_cmd_transmission_flags(c));
+    nbdsrv_put64(export, exp->size);
+    nbdsrv_put16(export + 8, nbdsrv_cmd_transmission_flags(c, exp));
     nbdsrv_info_reply(c, NBD_INFO_EXPORT, export, sizeof(export));
     if (want_name) {
-        nbdsrv_info_reply(c, NBD_INFO_NAME, srv->export_name,
-                          strlen(srv->export_name));
+        nbdsrv_info_reply(c, NBD_INFO_NAME, exp->name, strlen(exp->name));
     }
-    if (want_desc) {
-        nbdsrv_info_reply(c, NBD_INFO_DESCRIPTION, srv->description,
-                          strlen(srv->description));
+    if (want_desc && exp->description) {
+        nbdsrv_info_reply(c, NBD_INFO_DESCRIPTION, exp->description,
+                          strlen(exp->description));
     }
-    nbdsrv_put32(bs, srv->min_block);
-    nbdsrv_put32(bs + 4, srv->pref_block);
-    nbdsrv_put32(bs + 8, srv->max_block);
+    nbdsrv_put32(bs, exp->min_block);
+    nbdsrv_put32(bs + 4, exp->pref_block);
+    nbdsrv_put32(bs + 8, exp->max_block);
     nbdsrv_info_reply(c, NBD_INFO_BLOCK_SIZE, bs, sizeof(bs));
     nbdsrv_opt_ack(c);
     if (go) {
         /* A client that asked for block sizes must honour them. */
-        nbdsrv_enter_transmission(c, want_bs && srv->min_block > 1);
+        nbdsrv_enter_transmission(c, exp, want_bs && exp->min_block > 1);
     }
 }
 
@@ -276,7 +281,7 @@ static void nbdsrv_opt_meta(NbdClient *c, const uint8_t *d, uint32_t len,
                          "malformed meta context request");
         return;
     }
-    if (!nbdsrv_name_matches(c, d + 4, namelen)) {
+    if (!nbdsrv_export_lookup(c->srv, d + 4, namelen)) {
         nbdsrv_opt_error(c, NBD_REP_ERR_UNKNOWN, "no such export");
         return;
     }

@@ -372,28 +372,50 @@ static void nbdsrv_start_tick(NbdServer *srv)
 
 /* ---- public API ---- */
 
-static void nbdsrv_set_limits(NbdServer *srv)
+NbdServer *nbdsrv_listen(const char *addr, GError **errp)
 {
-    uint32_t align = bdrv_get_request_alignment(srv->bs);
-    int64_t opt = bdrv_get_opt_transfer(srv->bs);
+    g_autofree NbdServer *srv = g_new0(NbdServer, 1);
+    bool ok;
 
-    /* io.c pads anything, so the minimum is only a hint of efficiency;
-     * the protocol caps it at 64 KiB. */
-    srv->min_block = is_power_of_2(align) && align <= 64 * KiB ? align : 1;
-    srv->pref_block = MAX(4096, srv->min_block);
-    if (is_power_of_2(opt) && opt <= 2 * MiB) {
-        srv->pref_block = MAX(srv->pref_block, opt);
+    srv->listen_fd = -1;
+    srv->unix_listener.fd = -1;
+    srv->port = -1;
+    srv->ctx = g_main_context_ref_thread_default();
+    if (g_str_has_prefix(addr, "unix:")) {
+        ok = nbdsrv_listen_unix(srv, addr + 5, errp);
+    } else if (g_str_has_prefix(addr, "tcp:")) {
+        ok = nbdsrv_listen_tcp(srv, addr + 4, errp);
+    } else {
+        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
+                    "'%s': expected unix:PATH or tcp:HOST:PORT", addr);
+        ok = false;
     }
-    srv->max_block = NBDSRV_MAX_PAYLOAD;
+    if (!ok) {
+        g_main_context_unref(srv->ctx);
+        g_free(srv->addr);
+        return NULL;
+    }
+    srv->handshake_timeout_ms = NBDSRV_DEFAULT_HANDSHAKE_MS;
+    srv->stall_timeout_ms = NBDSRV_DEFAULT_STALL_MS;
+    srv->payload_timeout_ms = NBDSRV_DEFAULT_PAYLOAD_MS;
+    srv->max_clients = NBDSRV_DEFAULT_SHARED;
+    srv->budget_base = NBDSRV_SERVER_MAX_BYTES;
+    if (!srv->addr) {
+        srv->addr = g_strdup(addr);
+    }
+    nbdsrv_update_listen(srv);
+    nbdsrv_start_tick(srv);
+    return g_steal_pointer(&srv);
 }
 
 NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                       const char *export_name, bool read_only,
                       GError **errp)
 {
-    g_autofree NbdServer *srv = g_new0(NbdServer, 1);
+    g_autofree char *description = NULL;
+    g_autoptr(GError) err = NULL;
+    NbdServer *srv;
     int64_t size = bdrv_getlength(bs);
-    bool ok;
 
     export_name = export_name ? export_name : "";
     if (strlen(export_name) > NBD_MAX_STRING ||
@@ -414,52 +436,27 @@ NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                     bdrv_get_filename(bs), g_strerror(-size));
         return NULL;
     }
-    srv->listen_fd = -1;
-    srv->unix_listener.fd = -1;
-    srv->port = -1;
-    srv->ctx = g_main_context_ref_thread_default();
-    if (g_str_has_prefix(addr, "unix:")) {
-        ok = nbdsrv_listen_unix(srv, addr + 5, errp);
-    } else if (g_str_has_prefix(addr, "tcp:")) {
-        ok = nbdsrv_listen_tcp(srv, addr + 4, errp);
-    } else {
-        g_set_error(errp, BLOCK_ERROR, BLOCK_ERROR_INVALID,
-                    "'%s': expected unix:PATH or tcp:HOST:PORT", addr);
-        ok = false;
-    }
-    if (!ok) {
-        g_main_context_unref(srv->ctx);
-        g_free(srv->addr);
+    srv = nbdsrv_listen(addr, errp);
+    if (!srv) {
         return NULL;
     }
-    srv->bs = bdrv_ref(bs);
-    srv->size = size;
-    srv->read_only = read_only;
-    srv->export_name = g_strdup(export_name);
-    srv->description = g_strdup_printf("qemu-mirror export (%s)",
-                                       bdrv_get_format_name(bs));
-    srv->handshake_timeout_ms = NBDSRV_DEFAULT_HANDSHAKE_MS;
-    srv->stall_timeout_ms = NBDSRV_DEFAULT_STALL_MS;
-    srv->payload_timeout_ms = NBDSRV_DEFAULT_PAYLOAD_MS;
-    srv->max_clients = NBDSRV_DEFAULT_SHARED;
-    srv->budget_base = NBDSRV_SERVER_MAX_BYTES;
-    if (!srv->addr) {
-        srv->addr = g_strdup(addr);
-    }
-    nbdsrv_set_limits(srv);
-    nbdsrv_update_listen(srv);
-    nbdsrv_start_tick(srv);
-    return g_steal_pointer(&srv);
+    description = g_strdup_printf("qemu-mirror export (%s)",
+                                  bdrv_get_format_name(bs));
+    srv->multi_conn_always = true;
+    srv->default_exp = nbdsrv_export_add(srv, bs, export_name, description,
+                                         !read_only, &err);
+    g_assert(srv->default_exp);     /* checked above */
+    return srv;
 }
 
 void nbdsrv_finalize(NbdServer *srv)
 {
     g_assert(g_queue_is_empty(&srv->clients));
+    g_assert(g_queue_is_empty(&srv->exports));
     nbdsrv_source_clear(&srv->final_src);
-    bdrv_unref(srv->bs);
+    nbdsrv_source_clear(&srv->drained_src);
+    nbdsrv_export_reap(srv);
     g_main_context_unref(srv->ctx);
-    g_free(srv->export_name);
-    g_free(srv->description);
     g_free(srv->addr);
     nbdsrv_tls_creds_free(srv->tls);
     g_free(srv);
@@ -491,6 +488,7 @@ void nbdsrv_free(NbdServer *srv)
     g_assert(!srv->freed);
     nbdsrv_stop_listening(srv);
     nbdsrv_disconnect_all(srv);
+    nbdsrv_export_remove_all(srv);
     nbdsrv_source_clear(&srv->tick_src);
     nbdsrv_source_clear(&srv->fair_src);
     srv->freed = true;
@@ -602,11 +600,103 @@ const char *nbdsrv_get_address(NbdServer *srv)
 
 bool nbdsrv_set_description(NbdServer *srv, const char *description)
 {
+    NbdExport *exp = srv->default_exp;
+
     if (strlen(description) > NBD_MAX_STRING ||
         !g_utf8_validate(description, -1, NULL)) {
         return false;
     }
-    g_free(srv->description);
-    srv->description = g_strdup(description);
+    g_free(exp->description);
+    exp->description = g_strdup(description);
     return true;
+}
+
+/* ---- closing at exit ---- */
+
+/* nbdsrv_close() in progress. */
+typedef struct NbdClose {
+    NbdServer *srv;
+    void (*cb)(void *opaque, int ret);
+    void *opaque;
+    GSource *deadline_src;
+    unsigned flushing;      /* flushes not yet completed */
+    int ret;
+} NbdClose;
+
+static void nbdsrv_close_done(NbdClose *cl)
+{
+    NbdServer *srv = cl->srv;
+
+    srv->closing = NULL;
+    nbdsrv_source_clear(&cl->deadline_src);
+    nbdsrv_free(srv);           /* drained: released at once */
+    cl->cb(cl->opaque, cl->ret);
+    g_free(cl);
+}
+
+static void nbdsrv_close_flush_cb(void *opaque, int ret)
+{
+    NbdClose *cl = opaque;
+
+    if (ret < 0 && !cl->ret) {
+        cl->ret = ret;
+    }
+    if (!--cl->flushing) {
+        nbdsrv_close_done(cl);
+    }
+}
+
+static gboolean nbdsrv_close_drained_cb(gpointer opaque)
+{
+    NbdClose *cl = opaque;
+    NbdServer *srv = cl->srv;
+
+    nbdsrv_source_clear(&srv->drained_src);
+    /* One more count while the flushes are submitted, so that one
+     * completing at once does not finish before the others start. */
+    cl->flushing = 1;
+    for (GList *l = srv->exports.head; l; l = l->next) {
+        NbdExport *exp = l->data;
+
+        cl->flushing++;
+        bdrv_aio_flush(exp->bs, nbdsrv_close_flush_cb, cl);
+    }
+    nbdsrv_close_flush_cb(cl, 0);
+    return G_SOURCE_REMOVE;
+}
+
+void nbdsrv_check_drained(NbdServer *srv)
+{
+    if (srv->closing && !srv->drained_src &&
+        g_queue_is_empty(&srv->clients)) {
+        srv->drained_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT, 0,
+                                        nbdsrv_close_drained_cb,
+                                        srv->closing);
+    }
+}
+
+static gboolean nbdsrv_close_deadline_cb(gpointer opaque)
+{
+    NbdClose *cl = opaque;
+
+    nbdsrv_source_clear(&cl->deadline_src);
+    nbdsrv_disconnect_all(cl->srv);
+    return G_SOURCE_REMOVE;
+}
+
+void nbdsrv_close(NbdServer *srv, unsigned timeout_ms,
+                  void (*cb)(void *opaque, int ret), void *opaque)
+{
+    NbdClose *cl = g_new0(NbdClose, 1);
+
+    g_assert(!srv->closing && !srv->freed);
+    cl->srv = srv;
+    cl->cb = cb;
+    cl->opaque = opaque;
+    srv->closing = cl;
+    nbdsrv_shutdown(srv);
+    cl->deadline_src = nbdsrv_timer(srv, G_PRIORITY_DEFAULT,
+                                    MAX(timeout_ms, 1),
+                                    nbdsrv_close_deadline_cb, cl);
+    nbdsrv_check_drained(srv);
 }

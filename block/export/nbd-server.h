@@ -1,6 +1,6 @@
 /*
- * NBD server exporting one block node (guest I/O enters the block layer
- * here).
+ * NBD server exporting block nodes (guest I/O enters the block layer
+ * here): one server, one listening socket, any number of named exports.
  *
  * The server speaks the fixed newstyle protocol of the NBD project's
  * doc/proto.md: NBD_OPT_EXPORT_NAME, ABORT, LIST, INFO, GO (export, name,
@@ -29,7 +29,7 @@
  * that leaves replies unread for the stall timeout (30 s), has not
  * finished the handshake after the handshake timeout (10 s) or has not
  * sent a WRITE payload within the payload timeout (30 s) of its header is
- * disconnected.
+ * disconnected.  These limits are the server's, shared by all its exports.
  *
  * Copyright (C) 2026 qemu-mirror authors
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -120,6 +120,74 @@ typedef struct NbdServerStats {
 NbdServer *nbdsrv_new(BlockDriverState *bs, const char *addr,
                       const char *export_name, bool read_only,
                       GError **errp);
+
+/*
+ * Start listening on @addr (as nbdsrv_new() takes it) with no export yet:
+ * until nbdsrv_export_add(), every export name is unknown
+ * (NBD_REP_ERR_UNKNOWN) and NBD_OPT_LIST is empty.  Unlike nbdsrv_new()'s
+ * export, the empty name selects only an export named "", and with
+ * nbdsrv_set_shared() at 1 the exports do not advertise multi-conn (as
+ * QEMU's max-connections=1; nbdsrv_new()'s always does).  Control path:
+ * may block (name resolution).  NULL with @errp set on failure.
+ */
+NbdServer *nbdsrv_listen(const char *addr, GError **errp);
+
+typedef struct NbdExport NbdExport;
+
+/*
+ * Serve @bs (a reference taken) as the export @name (at most 4096 bytes of
+ * UTF-8, "" allowed) of @srv from now on, writable when @writable (@bs
+ * must then be writable), with the NBD_INFO_DESCRIPTION @description (NULL:
+ * none; at most 4096 bytes of UTF-8).  NULL with @errp set
+ * (BLOCK_ERROR_INVALID, worded as QEMU's block-export-add: "NBD server
+ * already has export named 'NAME'", "export name 'NAME' too long",
+ * "description 'TEXT' too long", "Cannot export read-only node as
+ * writable"; BLOCK_ERROR_IO when the size of @bs cannot be read).  The
+ * export is @srv's: it stays valid until its gone callback ran (see
+ * nbdsrv_export_set_gone_cb()).
+ */
+NbdExport *nbdsrv_export_add(NbdServer *srv, BlockDriverState *bs,
+                             const char *name, const char *description,
+                             bool writable, GError **errp);
+
+/* The export of @srv clients select by @name (not one being removed), or
+ * NULL. */
+NbdExport *nbdsrv_export_find(NbdServer *srv, const char *name);
+
+/*
+ * Call @fn(@opaque) once when @exp is gone: removed (or its server freed),
+ * its last request completed and its node's reference dropped.  @exp is
+ * freed right after @fn returns.  It runs from the main loop, or inside
+ * nbdsrv_export_remove() / nbdsrv_free() when nothing was in flight.
+ */
+void nbdsrv_export_set_gone_cb(NbdExport *exp, void (*fn)(void *opaque),
+                               void *opaque);
+
+/*
+ * Remove @exp (QEMU's block-export-del): clients can no longer select it
+ * and it leaves NBD_OPT_LIST; the other exports go on serving.  With
+ * @hard the connections that selected it are dropped at once; without,
+ * they go on until they disconnect (QEMU's "safe" mode refuses instead:
+ * check nbdsrv_export_in_use() first).  @exp is gone (its gone callback
+ * runs) once those connections are freed, so after their requests in
+ * flight completed: before this returns if none is left.  Removing it
+ * again is a no-op.
+ */
+void nbdsrv_export_remove(NbdExport *exp, bool hard);
+
+/* Whether a connection (open, or closed with requests still in flight)
+ * has @exp selected: what QEMU's safe block-export-del refuses. */
+bool nbdsrv_export_in_use(NbdExport *exp);
+
+/* Whether @exp was removed (it is gone once its requests completed). */
+bool nbdsrv_export_is_removed(NbdExport *exp);
+
+/* Open connections that selected @exp. */
+unsigned nbdsrv_export_get_client_count(NbdExport *exp);
+
+/* Requests to @exp received and not yet completed, including those of
+ * connections already closed. */
+uint64_t nbdsrv_export_get_in_flight(NbdExport *exp);
 
 /*
  * TLS credentials (GnuTLS inside; nothing of it in this header).  One kind
@@ -230,6 +298,18 @@ void nbdsrv_disconnect_all(NbdServer *srv);
 /* True when no connection is open and no request is in flight. */
 bool nbdsrv_is_drained(NbdServer *srv);
 
+/*
+ * Stop @srv at exit, as the last user of the images it serves: shut down
+ * (nbdsrv_shutdown()), let the connections finish for at most
+ * @timeout_ms, then drop the rest; once every request completed, flush
+ * the node of each export and free @srv (taken over).  Then @cb(@opaque,
+ * ret) runs from the main loop with 0 or the first flush error (-errno):
+ * the caller runs the loop until then.  Guests need not have flushed
+ * their last writes; this flush makes them durable.
+ */
+void nbdsrv_close(NbdServer *srv, unsigned timeout_ms,
+                  void (*cb)(void *opaque, int ret), void *opaque);
+
 /* The TCP port the server listens on (useful with PORT 0), or -1 for a
  * UNIX socket. */
 int nbdsrv_get_port(NbdServer *srv);
@@ -305,8 +385,9 @@ const char *nbdsrv_get_address(NbdServer *srv);
  */
 void nbdsrv_set_guest_priority(NbdServer *srv, bool on);
 
-/* The NBD_INFO_DESCRIPTION text (default "qemu-mirror export (FORMAT)").
- * At most 4096 bytes of UTF-8; returns false otherwise. */
+/* The NBD_INFO_DESCRIPTION text of nbdsrv_new()'s export (default
+ * "qemu-mirror export (FORMAT)").  At most 4096 bytes of UTF-8; returns
+ * false otherwise. */
 bool nbdsrv_set_description(NbdServer *srv, const char *description);
 
 #endif /* BLOCK_EXPORT_NBD_H */

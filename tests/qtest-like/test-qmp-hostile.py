@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+import taplib
+from taplib import check, diag
+
 MiB = 1 << 20
 SIZE = 64 * MiB
 TOOL = os.environ.get("MIRROR_TOOL") or os.path.join(
@@ -37,25 +40,6 @@ ACCEPT_BACKOFF = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               "accept-backoff.py")
 # Every wait is bounded by this; the machine may be slow and busy.
 TMO = 20
-
-tests = []
-failed = 0
-
-
-def check(ok, name):
-    """One TAP line."""
-    global failed
-    tests.append(name)
-    if not ok:
-        failed += 1
-    print("%s %d - %s" % ("ok" if ok else "not ok", len(tests), name),
-          flush=True)
-    return ok
-
-
-def diag(msg):
-    for line in str(msg).splitlines():
-        print("# " + line, flush=True)
 
 
 class Client:
@@ -242,11 +226,10 @@ def main():
                 check(False, "%s: %r" % (limits.__name__, e))
     finally:
         ctx.stop()
-        if failed:
+        if taplib.failed:
             diag("tool stderr:\n" + "\n".join(ctx.errors))
         shutil.rmtree(tmp)
-    print("1..%d" % len(tests))
-    return 1 if failed else 0
+    return taplib.plan()
 
 
 def nesting(ctx, tool, sock, good):

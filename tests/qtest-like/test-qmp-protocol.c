@@ -188,7 +188,8 @@ static void test_bad_input(void)
         { "42", "QMP input must be a JSON object" },
         { "\"query-jobs\"", "QMP input must be a JSON object" },
         { "{\"arguments\": {}}", "QMP input lacks member 'execute'" },
-        { "{\"execute\": 3}", "QMP input lacks member 'execute'" },
+        { "{\"execute\": 3}",
+          "QMP input member 'execute' must be a string" },
         { "{\"execute\": \"query-jobs\", \"arguments\": [1]}",
           "QMP input member 'arguments' must be an object" },
     };
@@ -549,7 +550,7 @@ static void test_capabilities_enable(void)
         { "{\"enable\": [\"oob\"]}", "GenericError",
           "Capability oob not available" },
         { "{\"enable\": [\"bogus\"]}", "GenericError",
-          "Parameter 'enable[0]' does not accept value 'bogus'" },
+          "Parameter 'null' does not accept value 'bogus'" },
         { "{\"enable\": \"oob\"}", "GenericError",
           "Invalid parameter type for 'enable', expected: array" },
         { "{\"enable\": [1]}", "GenericError",
