@@ -55,6 +55,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qmpclient import QmpClient, QmpError  # noqa: E402
+from taplib import check, diag, plan  # noqa: E402
 
 MiB = 1 << 20
 TOOL = os.environ.get("MIRROR_TOOL") or os.path.join(
@@ -131,26 +132,6 @@ class Daemon:
                     "socket,path=%s,server=on,wait=off,id=m" % qmp,
                     "--monitor", "chardev=m"]
         return [TOOL, "daemon", "--qmp", qmp]
-
-
-tests = []
-failed = 0
-
-
-def check(ok, name):
-    """One TAP line."""
-    global failed
-    tests.append(name)
-    if not ok:
-        failed += 1
-    print("%s %d - %s" % ("ok" if ok else "not ok", len(tests), name),
-          flush=True)
-    return ok
-
-
-def diag(msg):
-    for line in str(msg).splitlines():
-        print("# " + line, flush=True)
 
 
 def run(argv, **kw):
@@ -658,8 +639,7 @@ def main():
     finally:
         if not opts.keep:
             shutil.rmtree(top, ignore_errors=True)
-    print("1..%d" % len(tests))
-    return 1 if failed else 0
+    return plan()
 
 
 if __name__ == "__main__":
