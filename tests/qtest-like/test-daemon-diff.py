@@ -58,9 +58,9 @@ from qmpclient import QmpClient, QmpError  # noqa: E402
 from taplib import check, diag, plan  # noqa: E402
 
 MiB = 1 << 20
-TOOL = os.environ.get("MIRROR_TOOL") or os.path.join(
+TOOL = os.path.abspath(os.environ.get("MIRROR_TOOL") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)),
-    "../../build/qemu-mirror-tool/mirror-tool")
+    "../../build/qemu-mirror-tool/mirror-tool"))
 # Every wait is bounded by this; the machine may be slow and busy.
 TMO = 180
 
