@@ -318,6 +318,10 @@ static void node_get_info(DaemonNode *n, BlockImageInfo *info)
         info->virtual_size = bdrv_getlength(n->bs);
         info->actual_size = -1;
     }
+    if (node_is_file(n) && info->virtual_size > 0) {
+        /* QEMU's file driver counts whole 512-byte sectors. */
+        info->virtual_size = DIV_ROUND_UP(info->virtual_size, 512) * 512;
+    }
     info->format = n->driver;
     if (!strcmp(n->driver, "null-co")) {
         info->actual_size = 0;
@@ -753,7 +757,7 @@ static bool node_open_nbd(DaemonNode *n, JsonObject *args,
     g_autoptr(GHashTable) opts = g_hash_table_new_full(g_str_hash,
                                                        g_str_equal, NULL,
                                                        g_free);
-    const char *export = "", *tls_id = NULL, *socket = NULL;
+    const char *export = NULL, *tls_id = NULL, *socket = NULL;
     int64_t delay = 0;
     DaemonTlsCreds *creds = NULL;
     g_autofree char *base = NULL;
@@ -781,9 +785,14 @@ static bool node_open_nbd(DaemonNode *n, JsonObject *args,
     if (!base) {
         return false;
     }
-    path = g_uri_escape_string(export, NULL, false);
     uri = g_string_new(base);
-    g_string_append_printf(uri, "/%s", path);
+    if (export) {
+        /* Without an export name QEMU names the node "nbd+unix://?..." or
+         * "nbd://HOST:PORT", with no path: so do we (the default export
+         * either way). */
+        path = g_uri_escape_string(export, NULL, false);
+        g_string_append_printf(uri, "/%s", path);
+    }
     if (socket) {
         g_autofree char *esc = g_uri_escape_string(socket, "/", false);
 
