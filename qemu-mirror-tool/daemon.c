@@ -156,6 +156,15 @@ int daemon_stop(Daemon *d)
     daemon_jobs_stop(d);
     ret = daemon_exports_stop(d);
     if (d->nodes) {
+        const char *failed = NULL;
+        int flush_ret = daemon_nodes_flush(d, &failed);
+
+        /* What removed exports served, too: no node closes unflushed. */
+        if (flush_ret < 0) {
+            tool_error("flush of node '%s' failed: %s", failed,
+                       g_strerror(-flush_ret));
+            ret = ret < 0 ? ret : flush_ret;
+        }
         g_hash_table_remove_all(d->nodes);
     }
     return ret;
@@ -169,8 +178,8 @@ int daemon_run(Daemon *d)
     qmp_server_flush(d->qmp, 1000);     /* the reply to quit */
     ret = daemon_stop(d);
     if (ret < 0) {
-        tool_error("flush of an exported image failed: %s; the guests' "
-                   "last writes may be lost", g_strerror(-ret));
+        tool_error("a flush failed (%s): the guests' last writes may be "
+                   "lost", g_strerror(-ret));
     }
     qmp_server_flush(d->qmp, 1000);     /* the jobs' last events */
     return ret < 0 ? TOOL_EXIT_FAILURE : TOOL_EXIT_OK;

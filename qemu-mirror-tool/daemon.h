@@ -222,10 +222,31 @@ BlockDriverState *daemon_node_top(DaemonNode *n, GError **errp);
 
 /*
  * After a switch-over: @from's filter now reads and writes @to's image;
- * it becomes @to's (@to has none), and the exports that served @from now
- * serve @to (daemon_exports_moved()).
+ * it becomes @to's, and the exports that served @from now serve @to
+ * (daemon_exports_moved()).  A filter @to had (from an earlier export
+ * or job: filters are kept) is idle, since a job's target has no export
+ * and no other job: it is dropped.
  */
 void daemon_node_move_top(DaemonNode *from, DaemonNode *to);
+
+/*
+ * May a new writer (a writable export, or a mirror job's target) use
+ * @n?  Not while another node has it as a child (a qcow2's file, a
+ * backing node): the parent's data would be overwritten under it.  False
+ * with @errp set as QEMU words the permission conflict.
+ */
+bool daemon_node_check_writer(Daemon *d, DaemonNode *n, GError **errp);
+
+/* Is @n a running job's target (no export or other writer may use it
+ * until the switch-over)? */
+bool daemon_node_is_job_target(const DaemonNode *n);
+
+/*
+ * Flush every node's image (at exit, after the exports and jobs are gone;
+ * QEMU flushes each node it closes), waiting on the main loop.  Returns 0
+ * or the first error (-errno), with the node's name in *@failed.
+ */
+int daemon_nodes_flush(Daemon *d, const char **failed);
 
 /*
  * The TLS credentials object @id (object-add tls-creds-x509/-psk), or

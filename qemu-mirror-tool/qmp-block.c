@@ -288,10 +288,88 @@ BlockDriverState *daemon_node_top(DaemonNode *n, GError **errp)
 
 void daemon_node_move_top(DaemonNode *from, DaemonNode *to)
 {
-    g_assert(!to->top);
+    bdrv_unref(to->top);
     to->top = from->top;
     from->top = NULL;
     daemon_exports_moved(from->daemon, from, to);
+}
+
+bool daemon_node_is_job_target(const DaemonNode *n)
+{
+    /* A job blocks both its nodes; only its source has the job's filter
+     * as a parent (a source may have no other parent node). */
+    return n->blocker && !n->uses[DAEMON_USE_CHILD];
+}
+
+bool daemon_node_check_writer(Daemon *d, DaemonNode *n, GError **errp)
+{
+    GHashTableIter it;
+    DaemonNode *p;
+
+    if (n->blocker) {
+        return true;            /* a job's source or target: the callers' */
+    }
+    g_hash_table_iter_init(&it, d->nodes);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&p)) {
+        if (p->file == n || p->backing == n || n->lock_holder == p) {
+            node_error(errp, "Permission conflict on node '%s': permissions "
+                       "'write' are both required by an unnamed block "
+                       "device (uses node '%s' as 'root' child) and "
+                       "unshared by node '%s' (uses node '%s' as '%s' "
+                       "child).", n->name, n->name, p->name, n->name,
+                       p->backing == n ? "backing" : "file");
+            return false;
+        }
+    }
+    return true;
+}
+
+typedef struct NodeFlush {
+    int pending;
+    int ret;
+    const char *failed;
+} NodeFlush;
+
+typedef struct NodeFlushOne {
+    NodeFlush *all;
+    const char *name;
+} NodeFlushOne;
+
+static void node_flush_cb(void *opaque, int ret)
+{
+    NodeFlushOne *one = opaque;
+
+    if (ret < 0 && !one->all->ret) {
+        one->all->ret = ret;
+        one->all->failed = one->name;
+    }
+    one->all->pending--;
+    g_free(one);
+}
+
+int daemon_nodes_flush(Daemon *d, const char **failed)
+{
+    NodeFlush f = { 0 };
+    GHashTableIter it;
+    DaemonNode *n;
+
+    g_hash_table_iter_init(&it, d->nodes);
+    while (g_hash_table_iter_next(&it, NULL, (gpointer *)&n)) {
+        NodeFlushOne *one;
+
+        if (n->read_only || !n->bs) {
+            continue;
+        }
+        one = g_new(NodeFlushOne, 1);
+        *one = (NodeFlushOne) { .all = &f, .name = n->name };
+        f.pending++;
+        bdrv_aio_flush(n->bs, node_flush_cb, one);
+    }
+    while (f.pending) {
+        g_main_context_iteration(NULL, TRUE);
+    }
+    *failed = f.failed;
+    return f.ret;
 }
 
 /* ---- Opening nodes ---- */

@@ -528,6 +528,20 @@ static JsonNode *qexp_export_add(JsonObject *args, void *opaque,
         g_propagate_error(errp, qexp_error_new("NBD server not running"));
         return NULL;
     }
+    if (daemon_node_is_job_target(node)) {
+        /* The job alone writes its target until the switch-over, and
+         * what it holds is no image yet. */
+        g_propagate_error(errp, qexp_error_new(
+            "Permission conflict on node '%s': permissions 'consistent "
+            "read%s' are both required by an unnamed block device (uses "
+            "node '%s' as 'root' child) and unshared by block device "
+            "'%s'.", node->name, a.writable ? ", write" : "", node->name,
+            node->name));
+        return NULL;
+    }
+    if (a.writable && !daemon_node_check_writer(d, node, errp)) {
+        return NULL;
+    }
     top = daemon_node_top(node, errp);
     exp = top ? nbdsrv_export_add(st->srv, top, a.name, a.description,
                                   a.writable, errp) : NULL;

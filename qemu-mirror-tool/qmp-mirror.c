@@ -285,6 +285,8 @@ static bool daemon_mirror_check_created(Daemon *d, const DaemonMirrorArgs *a,
     } else if (target->read_only) {
         g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
                     "Block node is read-only");
+    } else if (!daemon_node_check_writer(d, target, &err)) {
+        /* another node's file or backing */
     } else if (target->uses[DAEMON_USE_BLK]) {
         g_set_error(&err, QMP_ERROR, QMP_ERROR_GENERIC,
                     "Permission conflict on node '%s': permissions "
