@@ -390,20 +390,6 @@ static void qexp_remove(DaemonExport *e, bool hard)
     nbdsrv_export_remove(e->exp, hard);
 }
 
-/* QEMU's id_wellformed(): a letter, then letters, digits, '-', '.', '_'. */
-static bool qexp_id_wellformed(const char *id)
-{
-    if (!g_ascii_isalpha(id[0])) {
-        return false;
-    }
-    for (const char *p = id + 1; *p; p++) {
-        if (!g_ascii_isalnum(*p) && !strchr("-._", *p)) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* The members of block-export-add that only other export types have. */
 static const char *const qexp_other_types[] = {
     "vhost-user-blk", "fuse", "vduse-blk", NULL,
@@ -497,7 +483,7 @@ static JsonNode *qexp_export_add(JsonObject *args, void *opaque,
     if (!qexp_add_args(args, &a, errp)) {
         return NULL;
     }
-    if (!qexp_id_wellformed(a.id)) {
+    if (!daemon_id_wellformed(a.id)) {
         g_propagate_error(errp, qexp_error_new("Invalid block export id"));
         return NULL;
     }
