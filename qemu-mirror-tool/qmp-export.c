@@ -200,13 +200,14 @@ static char *qexp_addr_inet(JsonObject *o, const char *path, GError **errp)
  * SocketAddressLegacy, {"type": "unix", "data": {"path": ...}} or
  * {"type": "inet", "data": {"host": ..., "port": ...}}; qsd's
  * --nbd-server takes the flat SocketAddress, {"type": "unix", "path":
- * ...}: an @addr without "data" is read so.  NULL with @errp set as
+ * ...}: there an @addr without "data" is read so.  NULL with @errp set as
  * QEMU words it.
  */
 static char *qexp_addr(JsonObject *addr, GError **errp)
 {
     static const char *const allowed[] = { "type", "data", NULL };
-    bool flat = !json_object_has_member(addr, "data");
+    bool flat = qmp_args_are_keyval() &&
+                !json_object_has_member(addr, "data");
     const char *path = flat ? "addr" : "addr.data";
     const char *type;
     JsonObject *o = addr;

@@ -1008,6 +1008,11 @@ void qmp_args_set_keyval(bool on)
     qmp_args_keyval = on;
 }
 
+bool qmp_args_are_keyval(void)
+{
+    return qmp_args_keyval;
+}
+
 /*
  * The keyval string @str of argument @name as a @type (G_TYPE_INT64 or
  * G_TYPE_BOOLEAN) into *@out, as QEMU's keyval input visitor converts it.

@@ -266,6 +266,11 @@ G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(QmpServerOpts, qmp_server_opts_clear)
  */
 void qmp_args_set_keyval(bool on);
 
+/* Is a command running for the command line (keyval mode, above)?  For
+ * the few arguments whose form differs there (qsd's --nbd-server takes
+ * a flat SocketAddress where nbd-server-start takes the legacy one). */
+bool qmp_args_are_keyval(void);
+
 /* Fail if @args has a member not in @allowed (NULL-terminated). */
 bool qmp_check_args(JsonObject *args, const char *const *allowed,
                     GError **errp);
