@@ -368,7 +368,13 @@ def types(tmp):
         check(err is None, "2000 nodes added and deleted")
         if err:
             diag(short(err))
-        check(rss1 - rss0 < 32 * 1024, "VmRSS came back (within 32 MiB)")
+        with open("/proc/%d/maps" % d.p.pid) as f:
+            asan = "libasan" in f.read()
+        # ASan's quarantine keeps freed memory (256 MiB): there the leak
+        # check at exit stands for this one.
+        check(asan or rss1 - rss0 < 32 * 1024,
+              "VmRSS came back (within 32 MiB)%s"
+              % (" (not measured under ASan)" if asan else ""))
         check(fds1 == fds0, "every descriptor came back")
         check(d.cmd("query-named-block-nodes").get("return") is not None
               and len(d.cmd("query-named-block-nodes")["return"]) == 2,
