@@ -623,7 +623,33 @@ def in_use(tmp):
               ok(d.cmd("blockdev-del", {"node-name": "tn"})),
               "its export and node deleted")
 
-        # A client mid-transfer: nbdcopy from a slow export.
+        # The server's TLS object deleted while the server uses it.
+        r = d.cmd("object-add", {"qom-type": "tls-creds-psk", "id": "ts",
+                                 "endpoint": "server", "dir": psk_dir})
+        assert "return" in r, r
+        check(ok(d.cmd("nbd-server-stop")) and
+              ok(d.cmd("nbd-server-start", {
+                  "addr": {"type": "unix", "data": {"path": nbd_sock}},
+                  "tls-creds": "ts"})) and
+              ok(d.cmd("object-del", {"id": "ts"})) and
+              ok(d.cmd("block-export-add", {"type": "nbd", "id": "ea",
+                                            "node-name": "ia",
+                                            "writable": True})),
+              "object-del of the NBD server's TLS creds")
+        r = run(["nbdinfo", "--size",
+                 "nbds+unix://alice@/ia?socket=%s&tls-psk-file=%s"
+                 % (nbd_sock, keys)])
+        check(r.returncode == 0 and r.stdout.strip() == str(4 * MiB) and
+              d.alive(), "the server goes on serving TLS clients")
+        check(ok(d.cmd("nbd-server-stop")) and
+              ok(d.cmd("nbd-server-start", {"addr": {
+                  "type": "unix", "data": {"path": nbd_sock}}})) and
+              ok(d.cmd("block-export-add", {"type": "nbd", "id": "ea",
+                                            "node-name": "ia",
+                                            "writable": True})),
+              "the server again without TLS")
+
+        # A client mid-transfer and one that never reads.
         slow_src(d, "slow", 256 * MiB)
         check(ok(d.cmd("block-export-add", {"type": "nbd", "id": "es",
                                             "node-name": "slow"})),
