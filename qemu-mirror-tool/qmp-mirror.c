@@ -230,6 +230,11 @@ static bool daemon_mirror_check(Daemon *d, const DaemonMirrorArgs *a,
                     "Invalid node-name: '%s'", a->filter_node_name);
         return false;
     }
+    /* At most 31 characters, as every node name (qmp-block.c). */
+    if (a->filter_node_name && strlen(a->filter_node_name) > 31) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Node name too long");
+        return false;
+    }
     if (a->filter_node_name &&
         g_hash_table_contains(d->nodes, a->filter_node_name)) {
         g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC,
