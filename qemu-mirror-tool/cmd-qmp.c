@@ -181,8 +181,9 @@ int cmd_qmp(int argc, char **argv)
         { NULL },
     };
     static const char summary[] =
-        "Send one QMP command to `mirror-tool start --qmp PATH` and print\n"
-        "its return value as JSON; or wait for an event.";
+        "Send one QMP command to `mirror-tool start --qmp PATH` or\n"
+        "`mirror-tool daemon --qmp PATH` and print its return value as\n"
+        "JSON; or wait for an event.";
 
     if (!tool_parse_options("PATH [COMMAND ['ARGUMENTS-JSON']]", summary,
                             entries, &argc, &argv)) {
