@@ -591,8 +591,9 @@ def in_use(tmp):
             f.write("alice:" + "0123456789abcdef" * 4 + "\n")
         tls_sock = os.path.join(tmp, "tls.nbd")
         # A second server is refused; the TLS one is nbdkit for the node.
+        kit_pid = os.path.join(tmp, "tls.pid")
         kit = subprocess.Popen(
-            ["nbdkit", "-f", "-U", tls_sock, "--tls=require",
+            ["nbdkit", "-f", "-U", tls_sock, "-P", kit_pid, "--tls=require",
              "--tls-psk=" + keys, "memory", "4M"],
             stderr=subprocess.DEVNULL)
         procs.append(kit)
@@ -602,8 +603,10 @@ def in_use(tmp):
                                      "username": "alice"})
             assert "return" in r, r
         end = time.monotonic() + TMO
-        while not os.path.exists(tls_sock) and time.monotonic() < end:
-            time.sleep(0.01)            # nbdkit has no ready signal here
+        while not os.path.exists(kit_pid) and time.monotonic() < end:
+            # nbdkit writes its pid file once it listens (the socket file
+            # appears before that, at bind).
+            time.sleep(0.01)
         r = d.cmd("blockdev-add", {"driver": "nbd", "node-name": "tn",
                                    "server": {"type": "unix",
                                               "path": tls_sock},
