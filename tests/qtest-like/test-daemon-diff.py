@@ -52,6 +52,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qmpclient import QmpClient, QmpError  # noqa: E402
@@ -598,13 +599,20 @@ def main():
     try:
         for kind in kinds:
             prepare(base, w)
+            pidfile = os.path.join(w, "nbdkit.pid")
             nbdkit = subprocess.Popen(
                 ["nbdkit", "-f", "--exit-with-parent", "-U",
-                 os.path.join(w, "nbdkit.sock"), "sparse-random",
+                 os.path.join(w, "nbdkit.sock"), "-P", pidfile,
+                 "sparse-random",
                  "size=%d" % DISKS[2]["size"], "seed=23", "percent=30",
                  "runlength=32"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(w, "nbdkit.log"), "w"))
+            end = time.monotonic() + 60
+            while (not os.path.exists(pidfile) and nbdkit.poll() is None
+                   and time.monotonic() < end):
+                # nbdkit writes its -P file once it listens.
+                time.sleep(0.01)
             try:
                 c = converse(kind, w)
                 check_run(c, w)
